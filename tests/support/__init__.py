@@ -1,0 +1,1 @@
+"""Test and demo support: the real control plane, its fixtures and (later) the local node."""

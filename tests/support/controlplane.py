@@ -1,0 +1,262 @@
+"""A real Kubernetes control plane for the tests: etcd, kube-apiserver, kube-controller-manager.
+
+The binaries are upstream ones built by `make k8s-bins`. The API server runs with real TLS,
+client-certificate authentication, RBAC authorization and service-account signing keys, and
+kube-controller-manager runs beside it so that ownerReference garbage collection, namespace
+deletion, service-account creation and node lifecycle behave as in a real cluster.
+
+Every address is on loopback; every process dies with the test run (see processes.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import ssl
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from support.pki import CertificateAuthority, KeyPair, service_account_key
+from support.processes import ManagedProcess, free_port
+
+CONTROL_PLANE_BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kubectl")
+SERVICE_CIDR = "10.0.0.0/24"
+"""Only allocated from, never dialled: headless Services carry no cluster IP at all."""
+
+
+def binary_dir(required: tuple[str, ...] = CONTROL_PLANE_BINARIES) -> Path:
+    """Where `make k8s-bins` put the binaries; fails with what to run when they are missing."""
+    default = Path.home() / ".cache" / "stabletrain" / "k8s" / "v1.34.4"
+    directory = Path(os.environ.get("STABLETRAIN_K8S_BIN_DIR", default))
+    missing = [name for name in required if not (directory / name).exists()]
+    if missing:
+        raise RuntimeError(
+            f"Kubernetes test binaries missing in {directory}: {', '.join(missing)}. "
+            "Run `make k8s-bins` (or `make test`, which does it first)."
+        )
+    return directory
+
+
+@dataclass
+class ControlPlane:
+    """A running control plane and what a client needs to reach it."""
+
+    workdir: Path
+    bin_dir: Path
+    server: str
+    kubeconfig: Path
+    ca: CertificateAuthority
+    admin: KeyPair
+    sa_private_key: Path
+    processes: list[ManagedProcess] = field(default_factory=list)
+    started_in_seconds: float = 0.0
+
+    def kubectl(self, *args: str) -> list[str]:
+        """argv of a kubectl call as the admin."""
+        return [str(self.bin_dir / "kubectl"), f"--kubeconfig={self.kubeconfig}", *args]
+
+    def env(self) -> dict[str, str]:
+        """The environment a child process needs to talk to this cluster as the admin."""
+        env = dict(os.environ)
+        env["KUBECONFIG"] = str(self.kubeconfig)
+        env["PATH"] = f"{self.bin_dir}:{env.get('PATH', '')}"
+        return env
+
+    def check_alive(self) -> None:
+        """Raises with the log tail of any component that died."""
+        for proc in self.processes:
+            if not proc.alive():
+                raise RuntimeError(f"{proc.name} exited:\n{proc.log_tail()}")
+
+    def stop(self) -> None:
+        for proc in reversed(self.processes):
+            proc.stop()
+        self.processes.clear()
+
+
+def write_kubeconfig(path: Path, server: str, ca: Path, client: KeyPair, user: str) -> None:
+    path.write_text(
+        f"""apiVersion: v1
+kind: Config
+clusters:
+- name: stabletrain-test
+  cluster:
+    server: {server}
+    certificate-authority: {ca}
+users:
+- name: {user}
+  user:
+    client-certificate: {client.cert}
+    client-key: {client.key}
+contexts:
+- name: stabletrain-test
+  context:
+    cluster: stabletrain-test
+    user: {user}
+current-context: stabletrain-test
+"""
+    )
+
+
+def _wait_healthy(
+    url: str, proc: ManagedProcess, context: ssl.SSLContext | None, timeout: float
+) -> None:
+    deadline = time.monotonic() + timeout
+    last_error = ""
+    while time.monotonic() < deadline:
+        if not proc.alive():
+            raise RuntimeError(f"{proc.name} exited while starting:\n{proc.log_tail()}")
+        try:
+            with urllib.request.urlopen(url, timeout=2, context=context) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, OSError) as error:
+            last_error = str(error)
+        time.sleep(0.1)
+    raise RuntimeError(
+        f"{proc.name} not healthy at {url} after {timeout} s ({last_error}):\n{proc.log_tail()}"
+    )
+
+
+def _client_context(ca: Path, client: KeyPair) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=str(ca))
+    context.load_cert_chain(str(client.cert), str(client.key))
+    return context
+
+
+def start_control_plane(workdir: Path, bin_dir: Path | None = None) -> ControlPlane:
+    """Starts etcd, kube-apiserver and kube-controller-manager and waits until each is healthy.
+
+    On any failure everything already started is stopped before the error propagates.
+    """
+    began = time.monotonic()
+    bin_dir = bin_dir or binary_dir()
+    pki_dir = workdir / "pki"
+    pki_dir.mkdir(parents=True)
+    ca = CertificateAuthority(pki_dir)
+    apiserver_port = free_port()
+    server = f"https://127.0.0.1:{apiserver_port}"
+    serving = ca.issue(
+        "apiserver",
+        "kube-apiserver",
+        server_ips=("127.0.0.1",),
+        server_names=("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"),
+    )
+    admin = ca.issue("admin", "admin", organization="system:masters")
+    sa_private, sa_public = service_account_key(pki_dir)
+    kubeconfig = workdir / "admin.kubeconfig"
+    write_kubeconfig(kubeconfig, server, ca.cert_path, admin, "admin")
+
+    plane = ControlPlane(workdir, bin_dir, server, kubeconfig, ca, admin, sa_private)
+    try:
+        etcd_port, etcd_peer = free_port(), free_port()
+        etcd_url = f"http://127.0.0.1:{etcd_port}"
+        etcd = ManagedProcess(
+            "etcd",
+            [
+                str(bin_dir / "etcd"),
+                f"--data-dir={workdir / 'etcd'}",
+                f"--listen-client-urls={etcd_url}",
+                f"--advertise-client-urls={etcd_url}",
+                f"--listen-peer-urls=http://127.0.0.1:{etcd_peer}",
+                f"--initial-advertise-peer-urls=http://127.0.0.1:{etcd_peer}",
+                f"--initial-cluster=default=http://127.0.0.1:{etcd_peer}",
+                "--unsafe-no-fsync",
+                "--log-level=warn",
+            ],
+            workdir / "etcd.log",
+        )
+        plane.processes.append(etcd)
+        _wait_healthy(f"{etcd_url}/health", etcd, None, timeout=30)
+
+        apiserver = ManagedProcess(
+            "kube-apiserver",
+            [
+                str(bin_dir / "kube-apiserver"),
+                f"--etcd-servers={etcd_url}",
+                f"--cert-dir={pki_dir}",
+                f"--tls-cert-file={serving.cert}",
+                f"--tls-private-key-file={serving.key}",
+                f"--client-ca-file={ca.cert_path}",
+                f"--secure-port={apiserver_port}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                "--allow-privileged=true",
+                "--authorization-mode=RBAC",
+                f"--service-account-issuer={server}",
+                f"--service-account-key-file={sa_public}",
+                f"--service-account-signing-key-file={sa_private}",
+                "--api-audiences=" + server,
+                # A lost node's pods are evicted after seconds, not the default 5 minutes.
+                "--default-not-ready-toleration-seconds=5",
+                "--default-unreachable-toleration-seconds=5",
+                "--profiling=false",
+                "--v=1",
+            ],
+            workdir / "kube-apiserver.log",
+        )
+        plane.processes.append(apiserver)
+        admin_context = _client_context(ca.cert_path, admin)
+        _wait_healthy(f"{server}/readyz", apiserver, admin_context, timeout=90)
+
+        kcm_port = free_port()
+        controller_manager = ManagedProcess(
+            "kube-controller-manager",
+            [
+                str(bin_dir / "kube-controller-manager"),
+                f"--kubeconfig={kubeconfig}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+                f"--service-account-private-key-file={sa_private}",
+                f"--root-ca-file={ca.cert_path}",
+                f"--cluster-signing-cert-file={ca.cert_path}",
+                f"--cluster-signing-key-file={ca.key_path}",
+                "--leader-elect=false",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={kcm_port}",
+                f"--cert-dir={workdir / 'kcm-certs'}",
+                "--use-service-account-credentials=true",
+                # Node lifecycle on a test clock: NotReady after 10 s without heartbeats.
+                "--node-monitor-period=1s",
+                "--node-monitor-grace-period=10s",
+                "--v=1",
+            ],
+            workdir / "kube-controller-manager.log",
+        )
+        plane.processes.append(controller_manager)
+        insecure = ssl.create_default_context()
+        insecure.check_hostname = False
+        insecure.verify_mode = ssl.CERT_NONE
+        _wait_healthy(f"https://127.0.0.1:{kcm_port}/healthz", controller_manager, insecure, 60)
+    except BaseException:
+        plane.stop()
+        raise
+    plane.started_in_seconds = time.monotonic() - began
+    return plane
+
+
+@contextlib.contextmanager
+def running_control_plane() -> Iterator[ControlPlane]:
+    """A control plane in a fresh temp dir; stopped and the dir removed on any exit.
+
+    Set STABLETRAIN_KEEP_LOGS=1 to keep the directory (its logs) after a failed run.
+    """
+    workdir = Path(tempfile.mkdtemp(prefix="stabletrain-cp-"))
+    plane: ControlPlane | None = None
+    try:
+        plane = start_control_plane(workdir)
+        yield plane
+    finally:
+        if plane is not None:
+            plane.stop()
+        if os.environ.get("STABLETRAIN_KEEP_LOGS"):
+            print(f"control-plane logs kept in {workdir}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)

@@ -1,0 +1,1 @@
+"""The stabletrain trainer-agent: the in-pod library that watches a training run step by step."""

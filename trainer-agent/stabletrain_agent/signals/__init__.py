@@ -1,0 +1,1 @@
+"""Torch-free per-step detectors: baselines, spikes, non-finite values, throughput, attribution."""
