@@ -63,27 +63,30 @@ version_matches() { # name, path: only adopt a PATH binary of the pinned version
 }
 
 kube_module() { # a wrapper module: replace directives only apply in the main module
-    local dir=$work/kubernetes-$K8S_VERSION minor
+    local dir=$work/kubernetes-$K8S_VERSION
     if [[ ! -f $dir/go.sum ]]; then
-        log "preparing the kubernetes $K8S_VERSION wrapper module"
-        rm -rf "$dir" && mkdir -p "$dir"
-        (
-            cd "$dir"
-            go mod init stabletrain.local/k8sbins >/dev/null 2>&1
-            go mod download -json "k8s.io/kubernetes@$K8S_VERSION" >mod.json
-            local gomod
-            gomod=$(python3 -c 'import json,sys; print(json.load(open("mod.json"))["GoMod"])')
-            {
-                grep -E '^go [0-9]' "$gomod"
-                grep -E '^godebug' "$gomod" || true
-                echo "require k8s.io/kubernetes $K8S_VERSION"
-                # Every staging module is required at v0.0.0 upstream; pin its published tag.
-                awk '$1 ~ /^k8s\.io\// && $2 == "v0.0.0" {print $1}' "$gomod" | sort -u |
-                    while read -r m; do echo "replace $m => $m v0${K8S_VERSION#v1}"; done
-            } >>go.mod.tmp
-            sed -i '/^go [0-9]/d' go.mod
-            cat go.mod.tmp >>go.mod && rm go.mod.tmp
-            cat >tools.go <<'GO'
+        (timed kubernetes-module prepare_kube_module "$dir") >&2
+    fi
+    echo "$dir"
+}
+
+prepare_kube_module() { # dir
+    local dir=$1 gomod
+    log "preparing the kubernetes $K8S_VERSION wrapper module"
+    rm -rf "$dir" && mkdir -p "$dir" && cd "$dir"
+    go mod init stabletrain.local/k8sbins >/dev/null 2>&1
+    go mod download -json "k8s.io/kubernetes@$K8S_VERSION" >mod.json
+    gomod=$(python3 -c 'import json; print(json.load(open("mod.json"))["GoMod"])')
+    sed -i '/^go [0-9]/d' go.mod
+    {
+        grep -E '^go [0-9]' "$gomod"
+        grep -E '^godebug' "$gomod" || true
+        echo "require k8s.io/kubernetes $K8S_VERSION"
+        # Every staging module is required at v0.0.0 upstream; pin its published tag.
+        awk '$1 ~ /^k8s\.io\// && $2 == "v0.0.0" {print $1}' "$gomod" | sort -u |
+            while read -r m; do echo "replace $m => $m v0${K8S_VERSION#v1}"; done
+    } >>go.mod
+    cat >tools.go <<'GO'
 //go:build tools
 
 package tools
@@ -94,11 +97,8 @@ import (
 	_ "k8s.io/kubernetes/cmd/kubectl"
 )
 GO
-            go mod tidy -e >/dev/null 2>&1 || true
-            go mod download
-        )
-    fi
-    echo "$dir"
+    # -e: test-only dependencies of far-away packages may be unavailable; builds need none.
+    go mod tidy -e >&2
 }
 
 build_kube() { # name

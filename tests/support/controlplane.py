@@ -242,13 +242,33 @@ def start_control_plane(workdir: Path, bin_dir: Path | None = None) -> ControlPl
     return plane
 
 
+_WORKDIR_PREFIX = "stabletrain-cp-"
+_OWNER_FILE = "owner.pid"
+
+
+def _remove_orphaned_workdirs() -> None:
+    """Removes the directories of earlier runs whose owner died without cleaning up (SIGKILL).
+
+    Their processes are already gone (they die with their parent); only the files remain.
+    """
+    for candidate in Path(tempfile.gettempdir()).glob(f"{_WORKDIR_PREFIX}*"):
+        try:
+            owner = int((candidate / _OWNER_FILE).read_text())
+        except (OSError, ValueError):
+            continue
+        if not Path(f"/proc/{owner}").exists():
+            shutil.rmtree(candidate, ignore_errors=True)
+
+
 @contextlib.contextmanager
 def running_control_plane() -> Iterator[ControlPlane]:
     """A control plane in a fresh temp dir; stopped and the dir removed on any exit.
 
     Set STABLETRAIN_KEEP_LOGS=1 to keep the directory (its logs) after a failed run.
     """
-    workdir = Path(tempfile.mkdtemp(prefix="stabletrain-cp-"))
+    _remove_orphaned_workdirs()
+    workdir = Path(tempfile.mkdtemp(prefix=_WORKDIR_PREFIX))
+    (workdir / _OWNER_FILE).write_text(str(os.getpid()))
     plane: ControlPlane | None = None
     try:
         plane = start_control_plane(workdir)
