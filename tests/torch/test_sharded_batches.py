@@ -1,0 +1,150 @@
+"""The skip-aware data helper: ranks disjoint, skipped data never read, exact resume."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from stabletrain_agent.data import SampleRange, Shard, ShardedBatches, SkipList
+
+Sample = tuple[str, int]
+
+SHARDS = [Shard("a", 10), Shard("b", 7), Shard("c", 12), Shard("d", 5)]
+
+
+class RecordingShards:
+    """Test-side storage that logs every sample it hands out, independent of the helper."""
+
+    def __init__(self) -> None:
+        self.fetched: list[Sample] = []
+
+    def read(self, shard_id: str, start: int, stop: int) -> list[Sample]:
+        samples = [(shard_id, i) for i in range(start, stop)]
+        self.fetched.extend(samples)
+        return samples
+
+
+def flatten(chunks: list[list[Sample]]) -> list[Sample]:
+    return [sample for chunk in chunks for sample in chunk]
+
+
+def make(
+    storage: RecordingShards,
+    *,
+    rank: int = 0,
+    world_size: int = 1,
+    skip: SkipList | None = None,
+    batch_size: int = 3,
+) -> ShardedBatches[list[Sample], list[Sample]]:
+    return ShardedBatches(
+        SHARDS,
+        storage.read,
+        flatten,
+        batch_size=batch_size,
+        rank=rank,
+        world_size=world_size,
+        skip=skip,
+    )
+
+
+def take(batches: ShardedBatches[list[Sample], list[Sample]], n: int) -> list[list[Sample]]:
+    return list(itertools.islice(batches, n))
+
+
+def every_sample_in_order() -> list[Sample]:
+    return [(s.shard_id, i) for s in SHARDS for i in range(s.num_samples)]
+
+
+def test_ranks_read_disjoint_slices_that_tile_the_stream_across_epochs() -> None:
+    storage = RecordingShards()
+    rank0 = take(make(storage, rank=0, world_size=2), 12)
+    rank1 = take(make(storage, rank=1, world_size=2), 12)
+    tiled = [sample for pair in zip(rank0, rank1, strict=True) for b in pair for sample in b]
+    per_epoch = every_sample_in_order()
+    assert tiled == (per_epoch * 3)[: 12 * 6]
+
+
+def test_skipped_batches_and_shards_are_never_read() -> None:
+    reference_storage = RecordingShards()
+    reference = take(make(reference_storage), 6)
+    storage = RecordingShards()
+    skip = SkipList(batch_ranges=((2, 4),), shard_ids=frozenset())
+    batches = make(storage, skip=skip)
+    got = take(batches, 4)
+    assert got == [reference[0], reference[1], reference[4], reference[5]]
+    never_read = {sample for b in reference[2:4] for sample in b}
+    assert never_read.isdisjoint(storage.fetched)
+    assert never_read.isdisjoint(
+        (r.shard_id, i) for r in batches.read_log for i in range(r.start, r.stop)
+    )
+
+    shard_storage = RecordingShards()
+    by_shard = make(shard_storage, skip=SkipList(shard_ids=frozenset({"b", "d"})))
+    read = [sample for b in take(by_shard, 20) for sample in b]
+    assert {shard for shard, _ in shard_storage.fetched} == {"a", "c"}
+    assert {r.shard_id for r in by_shard.read_log} == {"a", "c"}
+    expected = [s for s in every_sample_in_order() if s[0] in {"a", "c"}] * 3
+    assert read == expected[:60]
+
+
+def test_lineage_names_the_ranges_of_the_batch_just_returned() -> None:
+    batches = make(RecordingShards(), rank=1, world_size=2, skip=SkipList(((0, 1),)))
+    batch = next(batches)
+    lineage = batches.last_lineage
+    assert lineage is not None
+    assert lineage.batch_index == 1
+    assert lineage.ranges == (SampleRange("a", 9, 10), SampleRange("b", 0, 2))
+    assert batch == [("a", 9), ("b", 0), ("b", 1)]
+
+
+def test_resume_continues_exactly_at_the_cursor() -> None:
+    skip = SkipList(batch_ranges=((5, 7),), shard_ids=frozenset({"c"}))
+    original = make(RecordingShards(), rank=1, world_size=2, skip=skip)
+    take(original, 4)
+    cursor = original.state_dict()
+    continuation = take(original, 9)
+
+    storage = RecordingShards()
+    resumed = make(storage, rank=1, world_size=2, skip=skip)
+    resumed.load_state_dict(cursor)
+    assert take(resumed, 9) == continuation
+    assert all(shard != "c" for shard, _ in storage.fetched)
+
+
+def test_a_grown_skip_list_keeps_the_cursor_pointing_at_the_same_place() -> None:
+    original = make(RecordingShards())
+    take(original, 2)
+    cursor = original.state_dict()
+    expected_next = [s for s in every_sample_in_order()[6:] if s[0] != "b"][:3]
+
+    resumed = make(RecordingShards(), skip=SkipList(shard_ids=frozenset({"b"})))
+    resumed.load_state_dict(cursor)
+    assert next(resumed) == expected_next
+
+
+@pytest.mark.parametrize(
+    ("skip", "message"),
+    [
+        (SkipList(shard_ids=frozenset({"zz"})), "does not have: \\['zz'\\]"),
+        (SkipList(shard_ids=frozenset({"a", "b", "c", "d"})), "names every shard"),
+    ],
+)
+def test_an_unusable_skip_list_is_rejected_by_name(skip: SkipList, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        make(RecordingShards(), skip=skip)
+
+
+def test_bad_ranges_shards_and_cursors_are_rejected() -> None:
+    with pytest.raises(ValueError, match="empty or negative"):
+        SkipList(batch_ranges=((4, 4),))
+    with pytest.raises(ValueError, match="appears twice"):
+        ShardedBatches(
+            [Shard("a", 1), Shard("a", 2)], RecordingShards().read, flatten, batch_size=1
+        )
+    with pytest.raises(ValueError, match="'e' has 0 samples"):
+        ShardedBatches([Shard("e", 0)], RecordingShards().read, flatten, batch_size=1)
+    with pytest.raises(ValueError, match="rank 2 is outside world size 2"):
+        make(RecordingShards(), rank=2, world_size=2)
+    with pytest.raises(ValueError, match="cannot be negative"):
+        make(RecordingShards()).load_state_dict({"position": -1, "batch_index": 0})

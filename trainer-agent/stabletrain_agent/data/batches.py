@@ -1,0 +1,132 @@
+"""Per-rank batches over sharded data that honour the skip-list and resume exactly.
+
+Batches are read in the training process, one per ``next()``, so the cursor always
+says what training consumed (a prefetching loader's sampler runs ahead of the step and
+would checkpoint a position the model never saw). Every rank walks the same global
+batch layout and reads only its own slice, so ranks never overlap and never need to
+talk to agree on what comes next.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Collection, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from stabletrain_agent.data.layout import SampleRange, Shard, ShardLayout, slice_ranges
+
+Chunk = TypeVar("Chunk")
+Batch = TypeVar("Batch")
+
+DEFAULT_READ_LOG = 4096
+
+
+@dataclass(frozen=True)
+class SkipList:
+    """Global batch indices and shard ids that must never be read."""
+
+    batch_ranges: tuple[tuple[int, int], ...] = ()
+    """Half-open ``[start, stop)`` ranges of global batch indices."""
+    shard_ids: frozenset[str] = field(default_factory=frozenset)
+
+    def __post_init__(self) -> None:
+        for start, stop in self.batch_ranges:
+            if not 0 <= start < stop:
+                raise ValueError(
+                    f"skip range [{start}, {stop}) is empty or negative; "
+                    "a range needs 0 <= start < stop"
+                )
+
+    def skips_batch(self, batch_index: int) -> bool:
+        return any(start <= batch_index < stop for start, stop in self.batch_ranges)
+
+
+@dataclass(frozen=True)
+class BatchLineage:
+    """What one batch of this rank was made of: ids, never contents."""
+
+    batch_index: int
+    """Global batch index (counts skipped batches, so it lines up across rollbacks)."""
+    ranges: tuple[SampleRange, ...]
+
+
+class ShardedBatches(Generic[Chunk, Batch]):
+    """An endless iterator of this rank's batches; ``state_dict`` is the exact cursor.
+
+    ``read(shard_id, start, stop)`` fetches one contiguous range of a shard; ``combine``
+    turns this rank's chunks (one per range, in order) into the batch the loop uses.
+    """
+
+    def __init__(
+        self,
+        shards: Sequence[Shard],
+        read: Callable[[str, int, int], Chunk],
+        combine: Callable[[list[Chunk]], Batch],
+        *,
+        batch_size: int,
+        rank: int = 0,
+        world_size: int = 1,
+        skip: SkipList | None = None,
+        read_log_size: int = DEFAULT_READ_LOG,
+    ) -> None:
+        if batch_size <= 0:
+            raise ValueError(f"batch_size must be positive, got {batch_size}")
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank {rank} is outside world size {world_size}")
+        self._layout = ShardLayout(shards)
+        self._read = read
+        self._combine = combine
+        self._batch_size = batch_size
+        self._rank = rank
+        self._world_size = world_size
+        self._skip = SkipList()
+        self.set_skip(skip or SkipList())
+        self._position = 0
+        self._batch_index = 0
+        self.last_lineage: BatchLineage | None = None
+        """The batch the most recent ``next()`` returned; the guard records it."""
+        self.read_log: deque[SampleRange] = deque(maxlen=read_log_size)
+        """Every range read, newest last (bounded): evidence of what was never touched."""
+
+    def set_skip(self, skip: SkipList) -> None:
+        """Adopt a new skip-list; it applies from the next batch on."""
+        self._layout.check_skippable(skip.shard_ids)
+        self._skip = skip
+
+    def __iter__(self) -> ShardedBatches[Chunk, Batch]:
+        return self
+
+    def __next__(self) -> Batch:
+        global_size = self._batch_size * self._world_size
+        while True:
+            ranges, self._position = self._layout.take(
+                self._position, global_size, self._skip.shard_ids
+            )
+            batch_index = self._batch_index
+            self._batch_index += 1
+            if not self._skip.skips_batch(batch_index):
+                break
+        first = self._rank * self._batch_size
+        mine = slice_ranges(ranges, first, first + self._batch_size)
+        chunks = []
+        for sample_range in mine:
+            self.read_log.append(sample_range)
+            chunks.append(self._read(sample_range.shard_id, sample_range.start, sample_range.stop))
+        self.last_lineage = BatchLineage(batch_index, tuple(mine))
+        return self._combine(chunks)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"position": self._position, "batch_index": self._batch_index}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        position, batch_index = int(state["position"]), int(state["batch_index"])
+        if position < 0 or batch_index < 0:
+            raise ValueError(f"a data cursor cannot be negative: {state!r}")
+        self._position, self._batch_index = position, batch_index
+        self.last_lineage = None
+
+
+def skip_list(batch_ranges: Iterable[tuple[int, int]], shard_ids: Collection[str]) -> SkipList:
+    """A SkipList from plain ranges and ids, as the directives carry them."""
+    return SkipList(tuple((int(a), int(b)) for a, b in batch_ranges), frozenset(shard_ids))
