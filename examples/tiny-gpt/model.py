@@ -44,7 +44,8 @@ class CausalSelfAttention(nn.Module):
         q, k, v = (t.view(shape).transpose(1, 2) for t in (q, k, v))
         dropout = self.dropout if self.training else 0.0
         y = functional.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout)
-        return self.proj(y.transpose(1, 2).contiguous().view(batch, time, channels))
+        out: torch.Tensor = self.proj(y.transpose(1, 2).contiguous().view(batch, time, channels))
+        return out
 
 
 class Block(nn.Module):
@@ -62,7 +63,8 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.ln1(x))
-        return x + self.mlp(self.ln2(x))
+        out: torch.Tensor = x + self.mlp(self.ln2(x))
+        return out
 
 
 class TinyGPT(nn.Module):
