@@ -1,0 +1,105 @@
+"""Directives survive the wire unchanged and refuse what the agent could not honour."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from stabletrain_agent.contract.base import ContractError
+from stabletrain_agent.contract.detection import CustomSignalConfig, DetectionConfig, ThresholdKind
+from stabletrain_agent.contract.directives import (
+    DEFAULT_TRIP_ON,
+    Directives,
+    SkipRange,
+    SkipUnit,
+    parse_directives,
+)
+
+
+def rich_directives() -> Directives:
+    return Directives(
+        generation=7,
+        attempt=3,
+        resume_step=31_000,
+        lr_scale=0.25,
+        rewarmup_steps=200,
+        skip=(
+            *(
+                SkipRange(first=31_000 + 500 * i, last=31_200 + 500 * i, shard_ids=(f"shard-{i}",))
+                for i in range(200)
+            ),
+            SkipRange(first=5, last=9, unit=SkipUnit.BATCH),
+        ),
+        detection=DetectionConfig(
+            custom=(CustomSignalConfig(name="val_loss", kind=ThresholdKind.ABOVE, threshold=3.2),)
+        ),
+        trip_on=("LossSpike", "NonFinite", "custom:val_loss"),
+    )
+
+
+def test_round_trip_is_exact() -> None:
+    original = rich_directives()
+    assert parse_directives(original.to_json()) == original
+
+
+def test_wire_format_is_camel_case() -> None:
+    wire = json.loads(rich_directives().to_json())
+    assert {"resumeStep", "lrScale", "rewarmupSteps", "tripOn"} <= wire.keys()
+    assert wire["skip"][0] == {
+        "first": 31_000,
+        "last": 31_200,
+        "unit": "Step",
+        "shardIds": ["shard-0"],
+    }
+    assert wire["detection"]["lossSpike"] == {"ratio": 1.6, "zscore": None, "consecutiveSteps": 4}
+
+
+def test_minimal_directives_get_documented_defaults() -> None:
+    directives = parse_directives('{"generation": 1, "attempt": 0}')
+    assert directives.lr_scale == 1.0
+    assert directives.resume_step is None
+    assert directives.trip_on == DEFAULT_TRIP_ON
+    assert directives.detection == DetectionConfig()
+
+
+@pytest.mark.parametrize(
+    ("payload", "field"),
+    [
+        ({"generation": 0, "attempt": 0}, "generation"),
+        ({"generation": 1, "attempt": 0, "lrScale": 1.5}, "lrScale"),
+        ({"generation": 1, "attempt": 0, "lrScale": 0}, "lrScale"),
+        ({"generation": 1, "attempt": 0, "lrScal": 0.5}, "lrScal"),
+        ({"generation": 1, "attempt": 0, "skip": [{"first": 9, "last": 3}]}, "skip.0"),
+        ({"generation": 1, "attempt": 0, "tripOn": ["LossSpik"]}, "tripOn"),
+        ({"generation": 1, "attempt": 0, "tripOn": ["WorkerFailure"]}, "tripOn"),
+        ({"generation": 1, "attempt": 0, "tripOn": ["custom:val_loss"]}, "(root)"),
+        (
+            {"generation": 1, "attempt": 0, "detection": {"lossSpike": {"ratio": 0.9}}},
+            "detection.lossSpike.ratio",
+        ),
+    ],
+)
+def test_bad_directives_name_the_field(payload: dict[str, object], field: str) -> None:
+    with pytest.raises(ContractError) as caught:
+        parse_directives(json.dumps(payload))
+    assert f"  {field}:" in str(caught.value)
+
+
+def test_not_json_is_a_contract_error() -> None:
+    with pytest.raises(ContractError, match="invalid directives"):
+        parse_directives(b"\xff{")
+
+
+def test_lr_multiplier_ramps_after_resume() -> None:
+    directives = Directives(
+        generation=2, attempt=1, resume_step=1000, lr_scale=0.5, rewarmup_steps=100
+    )
+    assert directives.lr_multiplier(1000) == pytest.approx(0.5 / 100)
+    assert directives.lr_multiplier(1049) == pytest.approx(0.25)
+    assert directives.lr_multiplier(1099) == pytest.approx(0.5)
+    assert directives.lr_multiplier(5000) == 0.5
+
+
+def test_skip_range_length_is_inclusive() -> None:
+    assert SkipRange(first=10, last=10).length == 1

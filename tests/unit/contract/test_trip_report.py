@@ -1,0 +1,151 @@
+"""The trip report round-trips and always fits the kubelet's 4096-byte termination message."""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from stabletrain_agent.contract.base import ContractError
+from stabletrain_agent.contract.inventory import (
+    CheckpointRecord,
+    CopyFlags,
+    NodeCopy,
+    TierCopy,
+    compact_inventory,
+    expand_entry,
+)
+from stabletrain_agent.contract.names import AnomalyClass, Signal
+from stabletrain_agent.contract.trip import (
+    EVIDENCE_MAX,
+    FIRING_MAX,
+    LINEAGE_PATH_MAX,
+    TERMINATION_MESSAGE_LIMIT,
+    TripReport,
+    parse_termination_message,
+    render_termination_message,
+)
+
+NOW = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
+
+
+def records(count: int, node: str = "node-a") -> list[CheckpointRecord]:
+    return [
+        CheckpointRecord(
+            step=100 * i,
+            attempt=i % 4,
+            stable=i % 3 != 0,
+            spike_marker=i % 7 == 0,
+            saved_at=NOW - timedelta(minutes=count - i),
+            pfs=TierCopy(complete=True, verified=i % 2 == 0),
+            local=(NodeCopy(node=node, complete=True, verified=True),),
+        )
+        for i in range(count)
+    ]
+
+
+def report(inventory_size: int, **changes: object) -> TripReport:
+    fields: dict[str, object] = {
+        "attempt": 2,
+        "node": "node-a",
+        "step": 31_223,
+        "tripped_at": NOW,
+        "signal": Signal.LOSS_SPIKE,
+        "anomaly_class": AnomalyClass.BAD_BATCH,
+        "evidence": "loss 5.10 is 2.32x its baseline 2.20 for 4 steps; grad norm normal",
+        "value": 5.10,
+        "threshold": 3.52,
+        "onset_step": 31_219,
+        "last_good_step": 31_218,
+        "firing": ("LossSpike",),
+        "inventory": compact_inventory(records(inventory_size), "node-a"),
+        "lineage_path": "/pfs/jobs/llm/lineage/attempt-2/spike-31219.jsonl",
+    }
+    fields.update(changes)
+    return TripReport.model_validate(fields)
+
+
+def test_small_report_round_trips_exactly() -> None:
+    original = report(5)
+    message = render_termination_message(original)
+    assert parse_termination_message(message) == original
+
+
+def test_long_inventory_is_cut_to_the_newest_entries() -> None:
+    original = report(1000)
+    message = render_termination_message(original)
+    size = len(message.encode())
+    print(f"1000-entry inventory rendered in {size} bytes")
+    assert size <= TERMINATION_MESSAGE_LIMIT
+    parsed = parse_termination_message(message)
+    kept = len(parsed.inventory)
+    assert parsed.inventory_omitted == 1000 - kept
+    assert parsed.inventory == original.inventory[-kept:]
+    assert kept > 100
+    assert parsed.model_copy(update={"inventory": (), "inventory_omitted": 0}) == (
+        original.model_copy(update={"inventory": ()})
+    )
+
+
+def test_cut_is_as_small_as_possible() -> None:
+    message = render_termination_message(report(1000))
+    parsed = parse_termination_message(message)
+    one_more = parsed.model_copy(
+        update={
+            "inventory": report(1000).inventory[-(len(parsed.inventory) + 1) :],
+            "inventory_omitted": parsed.inventory_omitted - 1,
+        }
+    )
+    assert len(one_more.model_dump_json().encode()) > TERMINATION_MESSAGE_LIMIT
+
+
+def test_worst_case_fields_still_give_valid_json_within_the_limit() -> None:
+    wide = "\U0001f525"  # four bytes in UTF-8
+    worst = report(
+        1000,
+        node="n" * 253,
+        evidence=wide * EVIDENCE_MAX,
+        lineage_path="/pfs/" + wide * (LINEAGE_PATH_MAX - 5),
+        firing=tuple(f"custom:{chr(97 + i)}{'x' * 62}" for i in range(FIRING_MAX)),
+        value=math.nan,
+    )
+    message = render_termination_message(worst)
+    assert len(message.encode()) <= TERMINATION_MESSAGE_LIMIT
+    parsed = parse_termination_message(message)
+    assert math.isnan(parsed.value or 0.0)
+    assert parsed.lineage_path == worst.lineage_path
+    assert parsed.signal == worst.signal
+    assert parsed.onset_step == worst.onset_step
+    json.loads(message)
+
+
+def test_non_finite_value_survives_as_a_string() -> None:
+    message = render_termination_message(report(1, signal="NonFinite", value=math.inf))
+    assert json.loads(message)["value"] == "Infinity"
+    assert parse_termination_message(message).value == math.inf
+
+
+@pytest.mark.parametrize(
+    ("message", "field"),
+    [
+        ('{"attempt": 1}', "node"),
+        (render_termination_message(report(1)).replace("LossSpike", "Spike", 1), "signal"),
+        (render_termination_message(report(1)).replace("BadBatch", "Bad"), "anomalyClass"),
+        (render_termination_message(report(1))[:-40], "(root)"),
+    ],
+)
+def test_bad_messages_are_contract_errors_naming_the_field(message: str, field: str) -> None:
+    with pytest.raises(ContractError) as caught:
+        parse_termination_message(message)
+    assert f"  {field}:" in str(caught.value)
+
+
+def test_compact_entry_expands_to_the_node_view() -> None:
+    record = records(3)[2]
+    entry = compact_inventory([record], "node-a")[0]
+    assert entry[2] & CopyFlags.LOCAL_VERIFIED
+    assert expand_entry(entry, "node-a", record.saved_at) == record
+    elsewhere = compact_inventory([record], "node-b")[0]
+    assert not elsewhere[2] & (CopyFlags.LOCAL_COMPLETE | CopyFlags.LOCAL_VERIFIED)

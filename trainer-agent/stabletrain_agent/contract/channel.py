@@ -1,0 +1,166 @@
+"""The agent's HTTP surface: live directives in, status out.
+
+Live directives (ReduceLR, new thresholds) must act within seconds and without a restart;
+a mounted ConfigMap refreshes only after about a minute, so the operator instead PUTs the
+Directives JSON to the agent's HTTP server (local rank 0 of each pod, the port that also
+serves /metrics). Every PUT carries `Authorization: Bearer <token>`, the token coming from
+a per-job Secret injected as STABLETRAIN_DIRECTIVES_TOKEN; anyone else who can reach the
+pod cannot change a run. Delivery is idempotent by generation: the agent applies a
+directive only if its generation is newer than the one it holds and always answers with
+the generation it has applied, so the operator can retry blindly until every pod reports
+the generation it sent.
+"""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+from enum import StrEnum
+
+from pydantic import AwareDatetime, Field, ValidationError
+
+from stabletrain_agent.contract.base import ContractError, ContractModel, describe_errors
+from stabletrain_agent.contract.directives import Directives
+from stabletrain_agent.contract.inventory import NODE_NAME_MAX, CheckpointRecord
+from stabletrain_agent.contract.names import AnomalyClass
+from stabletrain_agent.contract.trip import EVIDENCE_MAX, TripReport
+
+DIRECTIVES_HTTP_PATH = "/v1/directives"
+"""PUT: replace the directives (Directives JSON body). GET is the status endpoint's job."""
+STATUS_HTTP_PATH = "/v1/status"
+"""GET: AgentStatus JSON. Unauthenticated, like /metrics: it only reads."""
+METRICS_HTTP_PATH = "/metrics"
+AUTHORIZATION_HEADER = "Authorization"
+BEARER_PREFIX = "Bearer "
+MAX_DIRECTIVES_BYTES = 1024 * 1024
+"""Bodies above this are refused (413) unread; skip lists spill long before that."""
+
+HTTP_OK = 200
+"""Applied now, or already applied (stale/equal generation): the body says which."""
+HTTP_BAD_REQUEST = 400
+"""Body is not valid Directives JSON; the message names the field."""
+HTTP_UNAUTHORIZED = 401
+"""Missing or wrong bearer token."""
+HTTP_CONFLICT = 409
+"""Directives for another attempt, or a live change of resume_step: fencing, never retried."""
+HTTP_TOO_LARGE = 413
+
+
+def new_token() -> str:
+    """A fresh per-job token: 256 random bits, URL-safe so it travels in a header."""
+    return secrets.token_urlsafe(32)
+
+
+def bearer(token: str) -> str:
+    """The Authorization header value for `token`."""
+    return BEARER_PREFIX + token
+
+
+def token_matches(authorization: str | None, expected_token: str) -> bool:
+    """Constant-time check of an Authorization header against the job's token.
+
+    Constant time so the token cannot be guessed byte by byte from response timings; an
+    empty expected token never matches, so a pod started without its Secret stays closed.
+    """
+    if not authorization or not expected_token or not authorization.startswith(BEARER_PREFIX):
+        return False
+    offered = authorization[len(BEARER_PREFIX) :].encode()
+    return hmac.compare_digest(offered, expected_token.encode())
+
+
+class LiveOutcome(StrEnum):
+    """What the agent did with a live directive."""
+
+    APPLIED = "Applied"
+    ALREADY_APPLIED = "AlreadyApplied"
+    """Generation not newer than the applied one: nothing changed (idempotent retry)."""
+    WRONG_ATTEMPT = "WrongAttempt"
+    RESUME_STEP_CHANGED = "ResumeStepChanged"
+
+
+def judge_live_directive(current: Directives, incoming: Directives) -> LiveOutcome:
+    """The agent's decision on a PUT, shared so that both sides agree on the semantics.
+
+    Fencing comes before the generation: a directive for another attempt is refused even
+    if its generation is newer. The resume step is fixed for an attempt because the pod
+    has already loaded that checkpoint; changing it needs a relaunch.
+    """
+    if incoming.attempt != current.attempt:
+        return LiveOutcome.WRONG_ATTEMPT
+    if incoming.generation <= current.generation:
+        return LiveOutcome.ALREADY_APPLIED
+    if incoming.resume_step != current.resume_step:
+        return LiveOutcome.RESUME_STEP_CHANGED
+    return LiveOutcome.APPLIED
+
+
+OUTCOME_STATUS: dict[LiveOutcome, int] = {
+    LiveOutcome.APPLIED: HTTP_OK,
+    LiveOutcome.ALREADY_APPLIED: HTTP_OK,
+    LiveOutcome.WRONG_ATTEMPT: HTTP_CONFLICT,
+    LiveOutcome.RESUME_STEP_CHANGED: HTTP_CONFLICT,
+}
+
+
+class DirectiveAck(ContractModel):
+    """The agent's answer to every PUT (also to refused ones, for a useful log line)."""
+
+    outcome: LiveOutcome | None = None
+    """Null when the request was refused before it was judged (401, 400, 413)."""
+    applied_generation: int = Field(ge=0)
+    """Generation the agent runs with after this request."""
+    message: str = ""
+
+
+class FindingReport(ContractModel):
+    """One signal currently firing, as the status endpoint shows it."""
+
+    signal: str
+    anomaly_class: AnomalyClass
+    value: float | None = None
+    threshold: float | None = None
+    onset_step: int = Field(ge=0)
+    consecutive: int = Field(ge=1)
+    sustained: bool
+    evidence: str = Field(default="", max_length=EVIDENCE_MAX)
+
+
+class AgentStatus(ContractModel):
+    """GET /v1/status of one pod's agent: what the operator copies into the job's status.
+
+    Floats may be "NaN"/"Infinity" strings on the wire (a non-finite loss is news, not an
+    encoding error); null means not measured yet.
+    """
+
+    attempt: int = Field(ge=0)
+    node: str = Field(min_length=1, max_length=NODE_NAME_MAX)
+    node_rank: int = Field(ge=0)
+    updated_at: AwareDatetime
+    step: int | None = Field(default=None, ge=0)
+    loss: float | None = None
+    loss_baseline: float | None = None
+    grad_norm: float | None = None
+    grad_norm_baseline: float | None = None
+    lr_scale: float = Field(gt=0.0, le=1.0)
+    tokens_per_second: float | None = None
+    applied_generation: int = Field(ge=0)
+    firing: tuple[FindingReport, ...] = ()
+    """Signals firing now, tripping or report-only; Alert and ReduceLR rules act on these."""
+    inventory: tuple[CheckpointRecord, ...] = ()
+    """Checkpoints this pod knows: the PFS copy and this node's local copy."""
+    latest_trip: TripReport | None = None
+
+
+def parse_agent_status(payload: str | bytes) -> AgentStatus:
+    """The operator side of the status endpoint; ContractError names each bad field."""
+    try:
+        return AgentStatus.model_validate_json(payload)
+    except ValidationError as error:
+        raise ContractError(describe_errors("agent status", error)) from None
+
+
+def parse_directive_ack(payload: str | bytes) -> DirectiveAck:
+    try:
+        return DirectiveAck.model_validate_json(payload)
+    except ValidationError as error:
+        raise ContractError(describe_errors("directive acknowledgement", error)) from None

@@ -1,0 +1,121 @@
+"""What the operator tells a run: where to resume, how hard to step, what data to avoid.
+
+Directives are versioned by a generation that only ever grows: every rank applies the
+newest one it has seen and ignores older ones, so a retried or reordered delivery cannot
+undo a newer decision. The attempt number fences them: directives for another attempt are
+refused, so a pod of an attempt being torn down cannot act on the next attempt's plan.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Self
+
+from pydantic import Field, ValidationError, field_validator, model_validator
+
+from stabletrain_agent.contract.base import ContractError, ContractModel, describe_errors
+from stabletrain_agent.contract.detection import DetectionConfig
+from stabletrain_agent.contract.names import (
+    AGENT_SIGNALS,
+    CUSTOM_SIGNAL_PREFIX,
+    Signal,
+    is_signal_name,
+)
+
+
+class SkipUnit(StrEnum):
+    """What the numbers of a skip range count."""
+
+    STEP = "Step"
+    """The data the tripped run consumed at these optimizer steps, as its lineage recorded.
+    The natural unit: the operator knows the onset step, not the sample indices."""
+    BATCH = "Batch"
+    """Global batch indices of the data order (PaLM's "skip 200-500 batches")."""
+
+
+class SkipRange(ContractModel):
+    """A contiguous stretch of training data never to be consumed again."""
+
+    first: int = Field(ge=0)
+    last: int = Field(ge=0)
+    """Inclusive."""
+    unit: SkipUnit = SkipUnit.STEP
+    shard_ids: tuple[str, ...] = Field(default=(), max_length=1024)
+    """When set, only samples of these shards inside the range are skipped (the lineage
+    named them); empty means everything in the range."""
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Self:
+        if self.last < self.first:
+            raise ValueError(f"skip range ends ({self.last}) before it starts ({self.first})")
+        return self
+
+    @property
+    def length(self) -> int:
+        return self.last - self.first + 1
+
+
+DEFAULT_TRIP_ON: tuple[str, ...] = (Signal.LOSS_SPIKE.value, Signal.NON_FINITE.value)
+"""What the default policy rolls back on; everything else only reports."""
+
+
+class Directives(ContractModel):
+    """The operator's complete instructions for one attempt of a run."""
+
+    generation: int = Field(ge=1)
+    """Grows with every new decision; the agent applies only generations newer than its own."""
+    attempt: int = Field(ge=0)
+    """Attempt these are for; must equal the pod's STABLETRAIN_ATTEMPT."""
+    resume_step: int | None = Field(default=None, ge=0)
+    """Checkpoint step to load at start; null starts from scratch. Fixed per attempt:
+    a live directive with another value is refused."""
+    lr_scale: float = Field(default=1.0, gt=0.0, le=1.0, allow_inf_nan=False)
+    """Multiplier on the schedule's LR, the product of every reduction so far."""
+    rewarmup_steps: int = Field(default=0, ge=0, le=1_000_000)
+    """After resuming, the multiplier ramps linearly from 0 to `lr_scale` over this many
+    steps: the optimizer state is fresh relative to the data and a full LR at once is what
+    spiked in the first place."""
+    skip: tuple[SkipRange, ...] = ()
+    """Data never to be consumed again, across all attempts so far."""
+    detection: DetectionConfig = Field(default_factory=DetectionConfig)
+    trip_on: tuple[str, ...] = DEFAULT_TRIP_ON
+    """Sustained signals that stop training on every rank at once and leave a trip report.
+    All other signals only report (metrics, status endpoint)."""
+
+    @field_validator("trip_on")
+    @classmethod
+    def _trippable(cls, names: tuple[str, ...]) -> tuple[str, ...]:
+        for name in names:
+            if not is_signal_name(name):
+                raise ValueError(f"{name!r} is not a signal name")
+            if not name.startswith(CUSTOM_SIGNAL_PREFIX) and Signal(name) not in AGENT_SIGNALS:
+                raise ValueError(f"{name} is observed by the operator; the agent cannot trip on it")
+        return names
+
+    @model_validator(mode="after")
+    def _custom_trips_are_defined(self) -> Self:
+        defined = self.detection.custom_signal_names()
+        for name in self.trip_on:
+            if name.startswith(CUSTOM_SIGNAL_PREFIX) and name not in defined:
+                raise ValueError(f"trip_on names {name} but detection.custom does not define it")
+        return self
+
+    def lr_multiplier(self, step: int) -> float:
+        """The factor on the scheduled LR at global `step`, re-warm-up included."""
+        if self.resume_step is None or self.rewarmup_steps == 0:
+            return self.lr_scale
+        done = step - self.resume_step
+        if done >= self.rewarmup_steps:
+            return self.lr_scale
+        return self.lr_scale * max(done + 1, 1) / self.rewarmup_steps
+
+    def to_json(self) -> str:
+        return self.model_dump_json()
+
+
+def parse_directives(payload: str | bytes) -> Directives:
+    """Directives from JSON; ContractError lists every offending field by its wire name."""
+    try:
+        return Directives.model_validate_json(payload)
+    except ValidationError as error:
+        raise ContractError(describe_errors("directives", error)) from None

@@ -1,0 +1,51 @@
+"""What the operator puts into every training container's environment, by name.
+
+Env vars are fixed for a pod's life, which is exactly right for per-attempt facts (the
+attempt number fences everything the pod writes and accepts). Anything that changes during
+an attempt arrives through the live-directive channel instead (see channel.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import PurePosixPath
+
+JOB_NAME = "STABLETRAIN_JOB_NAME"
+JOB_NAMESPACE = "STABLETRAIN_JOB_NAMESPACE"
+ATTEMPT = "STABLETRAIN_ATTEMPT"
+"""Attempt number (0, 1, ...): checkpoints carry it, directives for another attempt are refused."""
+NODE_NAME = "STABLETRAIN_NODE_NAME"
+"""The Kubernetes node (downward API spec.nodeName): names the local tier in inventories."""
+NODE_RANK = "STABLETRAIN_NODE_RANK"
+"""torchrun's node rank of this pod (0 .. nodes-1)."""
+NODES = "STABLETRAIN_NODES"
+PROCESSES_PER_NODE = "STABLETRAIN_PROCESSES_PER_NODE"
+
+LOCAL_CHECKPOINT_DIR = "STABLETRAIN_LOCAL_CHECKPOINT_DIR"
+"""Node-local tier (NVMe via hostPath or a local volume), mounted into the container."""
+PFS_CHECKPOINT_DIR = "STABLETRAIN_PFS_CHECKPOINT_DIR"
+"""Shared tier (the PFS claim), the same content on every node."""
+LINEAGE_DIR = "STABLETRAIN_LINEAGE_DIR"
+"""Where on the PFS the agent writes spike-window lineage; trip reports point into it."""
+
+DIRECTIVES_PATH = "STABLETRAIN_DIRECTIVES_PATH"
+"""File holding the attempt's initial Directives JSON (from a ConfigMap the operator writes
+before it creates the pods, so it is there at start; later changes go over HTTP)."""
+DIRECTIVES_TOKEN = "STABLETRAIN_DIRECTIVES_TOKEN"
+"""Bearer token for the live-directive endpoint (secretKeyRef into the per-job Secret)."""
+AGENT_PORT = "STABLETRAIN_AGENT_PORT"
+"""Port of the agent's HTTP server (/metrics, status, live directives) on local rank 0."""
+TERMINATION_MESSAGE_PATH = "STABLETRAIN_TERMINATION_MESSAGE_PATH"
+"""Where the trip report goes; equal to the container's terminationMessagePath."""
+
+DEFAULT_DIRECTIVES_DIR = PurePosixPath("/etc/stabletrain/directives")
+DIRECTIVES_FILE_KEY = "directives.json"
+"""ConfigMap key and file name of the initial directives."""
+DEFAULT_DIRECTIVES_PATH = DEFAULT_DIRECTIVES_DIR / DIRECTIVES_FILE_KEY
+DEFAULT_LOCAL_CHECKPOINT_DIR = PurePosixPath("/stabletrain/local")
+DEFAULT_PFS_CHECKPOINT_DIR = PurePosixPath("/stabletrain/pfs")
+DEFAULT_TERMINATION_MESSAGE_PATH = PurePosixPath("/dev/termination-log")
+"""Kubernetes' default terminationMessagePath."""
+DEFAULT_AGENT_PORT = 9400
+
+TOKEN_SECRET_KEY = "token"
+"""Key of the token inside the per-job Secret."""

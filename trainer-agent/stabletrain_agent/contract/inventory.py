@@ -1,0 +1,118 @@
+"""Which checkpoints exist where, and whether they can be trusted.
+
+A rollback may only resume from a checkpoint that is complete and verified on the PFS and
+on every node's local tier it will be read from, and that was marked stable (written before
+any anomaly). This schema is what the agent reports and what the operator's checkpoint
+choice reads; the compact form squeezes it into the 4 KiB trip report.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from enum import IntFlag
+
+from pydantic import AwareDatetime, Field
+
+from stabletrain_agent.contract.base import ContractModel
+
+NODE_NAME_MAX = 253
+"""A Kubernetes node name is a DNS subdomain."""
+
+
+class TierCopy(ContractModel):
+    """One copy of a checkpoint on one tier."""
+
+    complete: bool = False
+    """All files and the manifest were written and renamed into place."""
+    verified: bool = False
+    """Checksums were re-read and match the manifest; implies complete."""
+
+
+class NodeCopy(TierCopy):
+    """A checkpoint's copy on one node's local tier."""
+
+    node: str = Field(min_length=1, max_length=NODE_NAME_MAX)
+
+
+class CheckpointRecord(ContractModel):
+    """Everything known about the checkpoint of one step."""
+
+    step: int = Field(ge=0)
+    attempt: int = Field(ge=0)
+    """Attempt that wrote it: a checkpoint of a fenced-off attempt is never trusted."""
+    stable: bool = False
+    """Written while no signal was firing and confirmed healthy afterwards."""
+    spike_marker: bool = False
+    """Kept as evidence of an anomaly (at most a few per job); never a rollback target."""
+    saved_at: AwareDatetime
+    pfs: TierCopy = Field(default_factory=TierCopy)
+    local: tuple[NodeCopy, ...] = ()
+    """One entry per node that holds a local copy."""
+
+    def local_copy(self, node: str) -> NodeCopy | None:
+        return next((copy for copy in self.local if copy.node == node), None)
+
+
+class CopyFlags(IntFlag):
+    """Bits of a compact inventory entry, as seen from the node that writes the report."""
+
+    STABLE = 1
+    SPIKE_MARKER = 2
+    PFS_COMPLETE = 4
+    PFS_VERIFIED = 8
+    LOCAL_COMPLETE = 16
+    LOCAL_VERIFIED = 32
+
+
+CompactCheckpoint = tuple[int, int, int]
+"""`[step, attempt, CopyFlags]`: about 20 bytes of JSON, so a trip report holds ~150."""
+
+
+def compact_entry(record: CheckpointRecord, node: str) -> CompactCheckpoint:
+    """The compact form of `record` from the point of view of `node`'s local tier."""
+    flags = CopyFlags(0)
+    if record.stable:
+        flags |= CopyFlags.STABLE
+    if record.spike_marker:
+        flags |= CopyFlags.SPIKE_MARKER
+    if record.pfs.complete:
+        flags |= CopyFlags.PFS_COMPLETE
+    if record.pfs.verified:
+        flags |= CopyFlags.PFS_VERIFIED
+    local = record.local_copy(node)
+    if local is not None and local.complete:
+        flags |= CopyFlags.LOCAL_COMPLETE
+    if local is not None and local.verified:
+        flags |= CopyFlags.LOCAL_VERIFIED
+    return (record.step, record.attempt, int(flags))
+
+
+def compact_inventory(
+    records: Iterable[CheckpointRecord], node: str
+) -> tuple[CompactCheckpoint, ...]:
+    """All records, oldest step first, in compact form."""
+    return tuple(compact_entry(r, node) for r in sorted(records, key=lambda r: r.step))
+
+
+def expand_entry(entry: CompactCheckpoint, node: str, saved_at: datetime) -> CheckpointRecord:
+    """A full record from a compact entry; the compact form carries no time, so pass one."""
+    step, attempt, raw = entry
+    flags = CopyFlags(raw)
+    local_complete = CopyFlags.LOCAL_COMPLETE in flags
+    local_verified = CopyFlags.LOCAL_VERIFIED in flags
+    return CheckpointRecord(
+        step=step,
+        attempt=attempt,
+        stable=CopyFlags.STABLE in flags,
+        spike_marker=CopyFlags.SPIKE_MARKER in flags,
+        saved_at=saved_at,
+        pfs=TierCopy(
+            complete=CopyFlags.PFS_COMPLETE in flags, verified=CopyFlags.PFS_VERIFIED in flags
+        ),
+        local=(
+            (NodeCopy(node=node, complete=local_complete, verified=local_verified),)
+            if local_complete or local_verified
+            else ()
+        ),
+    )
