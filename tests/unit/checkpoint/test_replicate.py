@@ -1,0 +1,127 @@
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from ckpt_copies import write_copy
+
+from stabletrain_agent.checkpoint.inventory import (
+    VerifyCache,
+    build_records,
+    combined_fence,
+    scan_local,
+    scan_pfs,
+)
+from stabletrain_agent.checkpoint.layout import MANIFEST_NAME, pfs_part_dir
+from stabletrain_agent.checkpoint.manifest import CheckpointCorruptError, verify_copy
+from stabletrain_agent.checkpoint.replicate import (
+    PfsUnavailableError,
+    Replicator,
+    replicate_copy,
+)
+
+
+def test_replicated_part_is_byte_identical_and_verifies(tmp_path: Path) -> None:
+    local, pfs = tmp_path / "local", tmp_path / "pfs"
+    pfs.mkdir()
+    copy = write_copy(local, 100, size=100_000)
+    copied = replicate_copy(local, pfs, 100, 1, "n0")
+    part = pfs_part_dir(pfs, 100, 1, "n0")
+    assert copied == sum(p.stat().st_size for p in copy.iterdir() if p.name != MANIFEST_NAME)
+    subprocess.run(["cmp", copy / "__0_0.distcp", part / "__0_0.distcp"], check=True)
+    verify_copy(part, step=100, attempt=1, node="n0")
+    assert replicate_copy(local, pfs, 100, 1, "n0") == 0  # idempotent
+
+
+def test_corrupt_local_copy_is_not_propagated(tmp_path: Path) -> None:
+    local, pfs = tmp_path / "local", tmp_path / "pfs"
+    pfs.mkdir()
+    copy = write_copy(local, 100)
+    shard = copy / "__0_0.distcp"
+    data = bytearray(shard.read_bytes())
+    data[10] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    with pytest.raises(CheckpointCorruptError, match="checksum mismatch while copying"):
+        replicate_copy(local, pfs, 100, 1, "n0")
+    assert not pfs_part_dir(pfs, 100, 1, "n0").exists()
+    assert [p.name for p in (pfs / "step-0000000100" / "attempt-1").iterdir()] == []
+
+
+def test_pfs_is_complete_only_with_every_nodes_part(tmp_path: Path) -> None:
+    pfs = tmp_path / "pfs"
+    pfs.mkdir()
+    nodes = ("n0", "n1")
+    for node in nodes:
+        write_copy(tmp_path / node, 100, node=node, nodes=nodes)
+    cache = VerifyCache()
+    replicate_copy(tmp_path / "n0", pfs, 100, 1, "n0")
+    assert not scan_pfs(pfs, cache)[(100, 1)].complete
+    replicate_copy(tmp_path / "n1", pfs, 100, 1, "n1")
+    assert scan_pfs(pfs, cache)[(100, 1)].complete
+    flip = pfs_part_dir(pfs, 100, 1, "n1") / "__1_0.distcp"
+    data = bytearray(flip.read_bytes())
+    data[0] ^= 1
+    flip.write_bytes(bytes(data))
+    os.utime(flip, ns=(time.time_ns(), time.time_ns() + 1))
+    check = scan_pfs(pfs, cache)[(100, 1)]
+    assert not check.complete
+    assert "fails its sha256" in (check.parts["n1"].problem or "")
+
+
+def test_pfs_removed_saves_continue_condition_set_then_catch_up(tmp_path: Path) -> None:
+    local, pfs = tmp_path / "local", tmp_path / "pfs"
+    pfs.mkdir()
+    errors: list[str] = []
+    replicator = Replicator(local, pfs, "n0", retry_interval_s=0.05, on_error=errors.append)
+    try:
+        write_copy(local, 100)
+        replicator.submit(100, 1)
+        assert replicator.flush(10).pending == ()
+        pfs.rename(tmp_path / "pfs-away")  # the PFS goes away (unmounted)
+        for step in (200, 300):
+            write_copy(local, step)
+            replicator.submit(step, 1)
+        result = replicator.flush(0.5)
+        assert result.timed_out
+        assert result.pending == (200, 300)
+        assert not replicator.condition.available
+        assert "not there" in replicator.condition.message
+        assert not pfs.exists()  # never recreated on the mount point
+        (tmp_path / "pfs-away").rename(pfs)
+        result = replicator.flush(10)
+        assert not result.timed_out
+        assert result.replicated == (100, 200, 300)
+        assert replicator.condition.available
+        for step in (100, 200, 300):
+            verify_copy(pfs_part_dir(pfs, step, 1, "n0"), step=step, attempt=1, node="n0")
+    finally:
+        replicator.close()
+    assert any("not there" in message for message in errors)
+
+
+def test_unwritable_pfs_raises_a_named_error(tmp_path: Path) -> None:
+    local, pfs = tmp_path / "local", tmp_path / "pfs"
+    pfs.write_text("a file where the PFS directory should be")
+    write_copy(local, 100)
+    with pytest.raises(PfsUnavailableError, match="not there"):
+        replicate_copy(local, pfs, 100, 1, "n0")
+
+
+def test_inventory_lists_local_and_pfs_state(tmp_path: Path) -> None:
+    local, pfs = tmp_path / "local", tmp_path / "pfs"
+    pfs.mkdir()
+    write_copy(local, 100)
+    write_copy(local, 200, stable=False, spike_marker=True)
+    replicate_copy(local, pfs, 100, 1, "n0")
+    cache = VerifyCache()
+    records = build_records(
+        "n0", scan_local(local, "n0", cache), scan_pfs(pfs, cache), combined_fence([local, pfs])
+    )
+    assert [(r.step, r.pfs.verified, r.spike_marker) for r in records] == [
+        (100, True, False),
+        (200, False, True),
+    ]
+    assert all(r.local_copy("n0") is not None for r in records)

@@ -1,0 +1,181 @@
+"""What checkpoints exist on this node's local tier and on the PFS, and which can be trusted.
+
+The result uses the contract's `CheckpointRecord`, the form the status endpoint exports
+and the trip report compacts.  Deep verification (re-reading every byte) is cached per copy
+keyed on the files' sizes and modification times, so frequent scans stay cheap while a
+copy that changes on disk is re-read.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from stabletrain_agent.checkpoint.fence import Fence, FenceCorruptError, read_fence
+from stabletrain_agent.checkpoint.layout import iter_attempt_dirs, parse_node
+from stabletrain_agent.checkpoint.manifest import CheckpointCorruptError, CopyManifest, verify_copy
+from stabletrain_agent.contract.inventory import CheckpointRecord, NodeCopy, TierCopy
+
+
+@dataclass(frozen=True)
+class CopyCheck:
+    """The outcome of checking one copy: the manifest if it verified, else the problem."""
+
+    manifest: CopyManifest | None
+    problem: str | None
+
+    @property
+    def ok(self) -> bool:
+        return self.manifest is not None
+
+
+def _fingerprint(directory: Path) -> tuple[tuple[str, int, int], ...]:
+    entries = []
+    for path in sorted(directory.iterdir()):
+        stat = path.stat()
+        entries.append((path.name, stat.st_size, stat.st_mtime_ns))
+    return tuple(entries)
+
+
+class VerifyCache:
+    """Deep verification results, valid while a copy's files are unchanged on disk."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._results: dict[Path, tuple[tuple[tuple[str, int, int], ...], CopyCheck]] = {}
+
+    def check(
+        self, directory: Path, *, step: int, attempt: int, node: str | None = None
+    ) -> CopyCheck:
+        try:
+            fingerprint = _fingerprint(directory)
+        except OSError as error:
+            return CopyCheck(None, f"cannot list {directory}: {error}")
+        with self._lock:
+            cached = self._results.get(directory)
+        if cached is not None and cached[0] == fingerprint:
+            return cached[1]
+        try:
+            result = CopyCheck(verify_copy(directory, step=step, attempt=attempt, node=node), None)
+        except CheckpointCorruptError as error:
+            result = CopyCheck(None, str(error))
+        except OSError as error:
+            result = CopyCheck(None, f"cannot read {directory}: {error}")
+        with self._lock:
+            self._results[directory] = (fingerprint, result)
+        return result
+
+
+def combined_fence(roots: Iterable[Path]) -> Fence:
+    """The union of the attempt starts recorded on every reachable tier."""
+    starts = {}
+    for root in roots:
+        try:
+            fence = read_fence(root)
+        except (OSError, FenceCorruptError):
+            continue
+        for start in fence.starts:
+            starts[start.attempt] = start
+    return Fence(starts=tuple(sorted(starts.values(), key=lambda start: start.attempt)))
+
+
+def scan_local(local_root: Path, node: str, cache: VerifyCache) -> dict[tuple[int, int], CopyCheck]:
+    """Every committed copy on this node's local tier, checked."""
+    return {
+        (step, attempt): cache.check(path, step=step, attempt=attempt, node=node)
+        for step, attempt, path in iter_attempt_dirs(local_root)
+    }
+
+
+@dataclass(frozen=True)
+class PfsCheck:
+    """A checkpoint on the PFS: complete only if every node of the run has a verified part."""
+
+    parts: dict[str, CopyCheck]
+    expected_nodes: tuple[str, ...]
+
+    @property
+    def complete(self) -> bool:
+        return bool(self.expected_nodes) and all(
+            node in self.parts and self.parts[node].ok for node in self.expected_nodes
+        )
+
+    @property
+    def any_manifest(self) -> CopyManifest | None:
+        return next((check.manifest for check in self.parts.values() if check.ok), None)
+
+
+def scan_pfs(pfs_root: Path, cache: VerifyCache) -> dict[tuple[int, int], PfsCheck]:
+    found: dict[tuple[int, int], PfsCheck] = {}
+    for step, attempt, path in iter_attempt_dirs(pfs_root):
+        parts: dict[str, CopyCheck] = {}
+        for part in sorted(path.iterdir()):
+            node = parse_node(part.name)
+            if node is not None and part.is_dir():
+                parts[node] = cache.check(part, step=step, attempt=attempt, node=node)
+        manifests = [check.manifest for check in parts.values() if check.manifest is not None]
+        expected = manifests[0].nodes if manifests else ()
+        if any(manifest.nodes != expected for manifest in manifests):
+            expected = ()  # parts disagree about the run's nodes: never complete
+        found[(step, attempt)] = PfsCheck(parts, expected)
+    return found
+
+
+def build_records(
+    node: str,
+    local: dict[tuple[int, int], CopyCheck],
+    pfs: dict[tuple[int, int], PfsCheck],
+    fence: Fence,
+) -> list[CheckpointRecord]:
+    """One record per on-lineage checkpoint that has at least one verified copy somewhere."""
+    records: list[CheckpointRecord] = []
+    for step, attempt in sorted(set(local) | set(pfs)):
+        if not fence.on_lineage(step, attempt):
+            continue
+        local_check = local.get((step, attempt))
+        pfs_check = pfs.get((step, attempt))
+        manifest = (local_check.manifest if local_check else None) or (
+            pfs_check.any_manifest if pfs_check else None
+        )
+        if manifest is None:
+            continue
+        pfs_complete = pfs_check is not None and pfs_check.complete
+        local_ok = local_check is not None and local_check.ok
+        records.append(
+            CheckpointRecord(
+                step=step,
+                attempt=attempt,
+                stable=manifest.stable,
+                spike_marker=manifest.spike_marker,
+                saved_at=datetime.fromtimestamp(manifest.created_at, tz=UTC),
+                pfs=TierCopy(complete=pfs_complete, verified=pfs_complete),
+                local=(NodeCopy(node=node, complete=True, verified=True),) if local_ok else (),
+            )
+        )
+    return records
+
+
+def merge_records(reports: Iterable[Sequence[CheckpointRecord]]) -> list[CheckpointRecord]:
+    """Combine the nodes' reports into one inventory (what the operator decides on).
+
+    Local copies are the union of what each node saw of its own tier.  The PFS counts as
+    complete if any node saw it complete: the PFS only gains parts until retention, and a
+    restore re-verifies before it trusts anything, so optimism here costs no correctness.
+    """
+    merged: dict[tuple[int, int], CheckpointRecord] = {}
+    for report in reports:
+        for record in report:
+            key = (record.step, record.attempt)
+            seen = merged.get(key)
+            if seen is None:
+                merged[key] = record
+                continue
+            local = {copy.node: copy for copy in (*seen.local, *record.local)}
+            pfs = seen.pfs if seen.pfs.verified else record.pfs
+            merged[key] = seen.model_copy(
+                update={"local": tuple(local[name] for name in sorted(local)), "pfs": pfs}
+            )
+    return [merged[key] for key in sorted(merged)]
