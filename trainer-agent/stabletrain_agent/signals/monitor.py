@@ -8,8 +8,24 @@ the verdicts the live run got.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+import math
+from collections import deque
+from collections.abc import Collection, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from stabletrain_agent.contract.detection import CustomSignalConfig, DetectionConfig
+from stabletrain_agent.contract.names import AnomalyClass, Signal
+from stabletrain_agent.signals.attribution import (
+    RECURRENCE_STEPS,
+    StepRecord,
+    attribute_grad_norm_spike,
+    attribute_loss_spike,
+)
+from stabletrain_agent.signals.custom import CustomDetector, CustomReading
+from stabletrain_agent.signals.spike import SpikeDetector, SpikeReading
+from stabletrain_agent.signals.streak import Streak
+from stabletrain_agent.signals.throughput import ThroughputDetector, ThroughputReading
 
 
 @dataclass(frozen=True)
@@ -39,8 +55,8 @@ class Finding:
     """One signal firing at one step, with the evidence a person needs to trust it."""
 
     signal: str
-    """Signal name as used in the directives' trip list (e.g. ``loss_spike``)."""
-    anomaly_class: str
+    """Signal name as the directives' trip list spells it (``LossSpike``, ``custom:<name>``)."""
+    anomaly_class: AnomalyClass
     """Attribution class from the contract (bad batch, divergence, numerical, ...)."""
     value: float
     """The observed value that fired (loss, grad norm, tokens/s, custom value)."""
@@ -87,7 +103,307 @@ class MonitorSnapshot:
     consecutive_spike_steps: int
     spike_onset_step: int | None
     non_finite_total: int
-    anomaly_class: str | None
+    anomaly_class: AnomalyClass | None
     """Class of the most recent sustained finding, None while the run looks healthy."""
     custom: Mapping[str, float] = field(default_factory=dict)
     findings: tuple[Finding, ...] = ()
+
+
+STATE_VERSION = 1
+"""Bumped whenever the layout of ``state_dict`` changes incompatibly."""
+
+
+class SignalMonitor:
+    """Runs every detector on each step and turns their readings into one verdict.
+
+    Deterministic and free of clocks and I/O: identical observations give identical
+    verdicts on every rank and in the replay CLI.
+    """
+
+    def __init__(self, config: DetectionConfig, trip_on: Collection[str]) -> None:
+        self._config = config
+        self._trip_on = frozenset(trip_on)
+        self._loss = SpikeDetector(config.loss_spike, config.baseline)
+        self._grad_norm = SpikeDetector(config.grad_norm_spike, config.baseline)
+        self._throughput = ThroughputDetector(config.throughput, config.baseline)
+        self._custom = {c.name: CustomDetector(c, config.baseline) for c in config.custom}
+        self._non_finite = Streak()
+        self._non_finite_total = 0
+        self._last_good_step: int | None = None
+        self._history: deque[StepRecord] = deque(maxlen=RECURRENCE_STEPS)
+        self._snapshot = _empty_snapshot()
+
+    @property
+    def trip_on(self) -> frozenset[str]:
+        return self._trip_on
+
+    @property
+    def last_good_step(self) -> int | None:
+        """Last step every judged signal found healthy; the trip report's pre-spike anchor."""
+        return self._last_good_step
+
+    def reconfigure(self, config: DetectionConfig, trip_on: Collection[str]) -> None:
+        """Apply live threshold directives; learned baselines survive, as do streaks."""
+        self._config = config
+        self._trip_on = frozenset(trip_on)
+        self._loss.retune(config.loss_spike, config.baseline)
+        self._grad_norm.retune(config.grad_norm_spike, config.baseline)
+        self._throughput.retune(config.throughput, config.baseline)
+        kept = {}
+        for custom in config.custom:
+            detector = self._custom.get(custom.name)
+            if detector is None:
+                detector = CustomDetector(custom, config.baseline)
+            else:
+                detector.retune(custom, config.baseline)
+            kept[custom.name] = detector
+        self._custom = kept
+
+    def observe(self, obs: StepObservation) -> Verdict:
+        findings: list[Finding] = []
+        non_finite = self._observe_non_finite(obs, findings)
+
+        grad = None if obs.grad_norm is None else self._grad_norm.observe(obs.step, obs.grad_norm)
+        grad_anomalous = grad is not None and grad.anomalous
+        record = StepRecord(
+            step=obs.step,
+            loss=obs.loss,
+            lr=obs.lr,
+            grad_anomalous=grad_anomalous,
+            grad_onset=grad is not None and grad.anomalous and grad.consecutive == 1,
+        )
+        self._history.append(record)
+        if grad is not None and grad.anomalous:
+            findings.append(self._grad_norm_finding(grad, record))
+
+        loss = self._loss.observe(obs.step, obs.loss)
+        if loss.anomalous:
+            findings.append(self._loss_finding(loss, record))
+
+        throughput = None
+        if obs.tokens_per_second is not None:
+            throughput = self._throughput.observe(
+                obs.step,
+                obs.tokens_per_second,
+                steps_since_start=obs.steps_since_start,
+                checkpoint_in_flight=obs.checkpoint_in_flight,
+            )
+            if throughput.anomalous:
+                findings.append(_throughput_finding(throughput))
+
+        for detector in self._custom.values():
+            value = obs.custom.get(detector.config.metric_key)
+            if value is None:
+                continue
+            custom = detector.observe(obs.step, value)
+            if custom is not None and custom.anomalous:
+                findings.append(_custom_finding(detector.config, custom))
+
+        if loss.judged and not findings:
+            self._last_good_step = obs.step
+        tripping = tuple(f for f in findings if f.sustained and f.signal in self._trip_on)
+        self._snapshot = self._take_snapshot(obs, findings)
+        return Verdict(
+            step=obs.step,
+            trip=bool(tripping),
+            findings=tuple(findings),
+            tripping=tripping,
+            skip_update=non_finite,
+        )
+
+    def snapshot(self) -> MonitorSnapshot:
+        return self._snapshot
+
+    def _observe_non_finite(self, obs: StepObservation, findings: list[Finding]) -> bool:
+        bad = [
+            (name, value)
+            for name, value in (("loss", obs.loss), ("grad norm", obs.grad_norm))
+            if value is not None and not math.isfinite(value)
+        ]
+        if not bad:
+            self._non_finite.clear()
+            return False
+        self._non_finite.hit(obs.step)
+        self._non_finite_total += 1
+        onset = self._non_finite.onset
+        assert onset is not None  # set by hit()
+        required = self._config.non_finite.consecutive_steps
+        described = " and ".join(f"{name} is {value}" for name, value in bad)
+        findings.append(
+            Finding(
+                signal=Signal.NON_FINITE.value,
+                anomaly_class=AnomalyClass.NUMERICAL,
+                value=bad[0][1],
+                threshold=math.inf,
+                onset_step=onset,
+                consecutive=self._non_finite.count,
+                sustained=self._non_finite.count >= required,
+                evidence=(
+                    f"{described} at step {obs.step}; {self._non_finite.count} non-finite "
+                    f"step(s) in a row since step {onset} ({required} count as sustained); "
+                    "the update was not applied"
+                ),
+            )
+        )
+        return True
+
+    def _loss_finding(self, reading: SpikeReading, record: StepRecord) -> Finding:
+        onset = reading.onset_step
+        assert onset is not None  # an anomalous reading has started a streak
+        attribution = attribute_loss_spike(onset, record, self._history)
+        return Finding(
+            signal=Signal.LOSS_SPIKE.value,
+            anomaly_class=attribution.anomaly_class,
+            value=reading.value,
+            threshold=_bound(reading.threshold),
+            onset_step=onset,
+            consecutive=reading.consecutive,
+            sustained=reading.sustained,
+            evidence=f"loss {_versus(reading)}; {attribution.evidence}",
+        )
+
+    def _grad_norm_finding(self, reading: SpikeReading, record: StepRecord) -> Finding:
+        onset = reading.onset_step
+        assert onset is not None  # an anomalous reading has started a streak
+        attribution = attribute_grad_norm_spike(record, self._history)
+        return Finding(
+            signal=Signal.GRAD_NORM_SPIKE.value,
+            anomaly_class=attribution.anomaly_class,
+            value=reading.value,
+            threshold=_bound(reading.threshold),
+            onset_step=onset,
+            consecutive=reading.consecutive,
+            sustained=reading.sustained,
+            evidence=f"grad norm {_versus(reading)}; {attribution.evidence}",
+        )
+
+    def _take_snapshot(self, obs: StepObservation, findings: list[Finding]) -> MonitorSnapshot:
+        sustained = [f for f in findings if f.sustained]
+        streak = self._loss.streak
+        return MonitorSnapshot(
+            step=obs.step,
+            loss=obs.loss,
+            loss_baseline=self._loss.baseline,
+            grad_norm=obs.grad_norm,
+            grad_norm_baseline=self._grad_norm.baseline,
+            lr=obs.lr,
+            tokens_per_second=obs.tokens_per_second,
+            throughput_baseline=self._throughput.baseline,
+            spike_active=streak.count > 0,
+            consecutive_spike_steps=streak.count,
+            spike_onset_step=streak.onset,
+            non_finite_total=self._non_finite_total,
+            anomaly_class=sustained[0].anomaly_class if sustained else None,
+            custom=dict(obs.custom),
+            findings=tuple(findings),
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        """JSON-able state for checkpoints: baselines hold healthy values only."""
+        return {
+            "version": STATE_VERSION,
+            "loss": self._loss.state_dict(),
+            "grad_norm": self._grad_norm.state_dict(),
+            "throughput": self._throughput.state_dict(),
+            "custom": {name: d.state_dict() for name, d in self._custom.items()},
+            "non_finite": self._non_finite.state_dict(),
+            "non_finite_total": self._non_finite_total,
+            "last_good_step": self._last_good_step,
+            "history": [asdict(r) for r in self._history],
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore saved state; unconfigured custom signals are dropped, new ones start fresh.
+
+        Raises ValueError naming the problem on a state from another layout version or
+        with missing/corrupt parts, leaving this monitor unchanged.
+        """
+        version = state.get("version")
+        if version != STATE_VERSION:
+            raise ValueError(
+                f"monitor state version {version!r} is not the supported {STATE_VERSION}"
+            )
+        fresh = SignalMonitor(self._config, self._trip_on)
+        try:
+            fresh._loss.load_state_dict(state["loss"])
+            fresh._grad_norm.load_state_dict(state["grad_norm"])
+            fresh._throughput.load_state_dict(state["throughput"])
+            for name, saved in state["custom"].items():
+                if name in fresh._custom:
+                    fresh._custom[name].load_state_dict(saved)
+            fresh._non_finite.load_state_dict(state["non_finite"])
+            fresh._non_finite_total = int(state["non_finite_total"])
+            good = state["last_good_step"]
+            fresh._last_good_step = None if good is None else int(good)
+            fresh._history.extend(StepRecord(**r) for r in state["history"])
+        except (KeyError, TypeError, AttributeError) as error:
+            raise ValueError(f"monitor state is incomplete or malformed: {error!r}") from None
+        self.__dict__.update(fresh.__dict__)
+
+
+def _versus(reading: SpikeReading) -> str:
+    ratio = "" if reading.ratio is None else f" = {reading.ratio:.2f}x"
+    zscore = "" if reading.zscore is None else f", robust z {reading.zscore:.1f}"
+    return (
+        f"{reading.value:.4g} vs healthy baseline {reading.baseline:.4g}{ratio}{zscore}, "
+        f"{reading.consecutive} step(s) since step {reading.onset_step}"
+    )
+
+
+def _bound(threshold: float | None) -> float:
+    return math.nan if threshold is None else threshold
+
+
+def _throughput_finding(reading: ThroughputReading) -> Finding:
+    onset = reading.onset_step
+    assert onset is not None  # anomalous => judged, with a streak
+    assert reading.baseline is not None
+    return Finding(
+        signal=Signal.THROUGHPUT_DROP.value,
+        anomaly_class=AnomalyClass.INFRASTRUCTURE,
+        value=reading.value,
+        threshold=_bound(reading.threshold),
+        onset_step=onset,
+        consecutive=reading.consecutive,
+        sustained=reading.sustained,
+        evidence=(
+            f"{reading.value:.4g} tokens/s vs healthy baseline {reading.baseline:.4g} for "
+            f"{reading.consecutive} step(s) since step {onset}, outside restart and save grace"
+        ),
+    )
+
+
+def _custom_finding(config: CustomSignalConfig, reading: CustomReading) -> Finding:
+    onset = reading.onset_step
+    assert onset is not None  # an anomalous reading has started a streak
+    return Finding(
+        signal=config.signal,
+        anomaly_class=config.anomaly_class,
+        value=reading.value,
+        threshold=reading.threshold,
+        onset_step=onset,
+        consecutive=reading.consecutive,
+        sustained=reading.sustained,
+        evidence=(
+            f"{config.metric_key} = {reading.value:.4g}, {config.kind.value} bound "
+            f"{reading.threshold:.4g}, {reading.consecutive} step(s) since step {onset}"
+        ),
+    )
+
+
+def _empty_snapshot() -> MonitorSnapshot:
+    return MonitorSnapshot(
+        step=None,
+        loss=None,
+        loss_baseline=None,
+        grad_norm=None,
+        grad_norm_baseline=None,
+        lr=None,
+        tokens_per_second=None,
+        throughput_baseline=None,
+        spike_active=False,
+        consecutive_spike_steps=0,
+        spike_onset_step=None,
+        non_finite_total=0,
+        anomaly_class=None,
+    )

@@ -1,0 +1,120 @@
+"""Upward spikes of one series (loss, grad norm) against its own healthy baseline.
+
+Two rules users already know, either of which marks a step anomalous: a ratio over the
+EMA (llm-foundry's KillLossSpike compares with a running mean) and a robust z-score
+over a recent window (OLMo-core's skip-step rule), made robust with median/MAD so a
+single outlier in the window does not widen the band. Only upward moves count: a
+loss falling faster than usual is good news.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from stabletrain_agent.contract.detection import BaselineConfig, SpikeConfig
+from stabletrain_agent.signals.baseline import Baseline
+from stabletrain_agent.signals.streak import Streak
+
+
+@dataclass(frozen=True)
+class SpikeReading:
+    """How one step of a series compares with its baseline."""
+
+    value: float
+    baseline: float | None
+    ratio: float | None
+    zscore: float | None
+    judged: bool
+    """False during warm-up, while the baseline fills, and for non-finite values."""
+    anomalous: bool
+    threshold: float | None
+    """The value at which the rule that fired (or the ratio rule) would fire."""
+    consecutive: int
+    onset_step: int | None
+    sustained: bool
+
+
+class SpikeDetector:
+    """Judges each step of one series and keeps anomalous values out of its baseline."""
+
+    def __init__(self, rule: SpikeConfig, baseline: BaselineConfig) -> None:
+        self._rule = rule
+        self._baseline_config = baseline
+        self._baseline = Baseline(baseline.ema_factor, baseline.window, baseline.min_samples)
+        self._streak = Streak()
+
+    @property
+    def baseline(self) -> float | None:
+        return self._baseline.ema
+
+    @property
+    def streak(self) -> Streak:
+        return self._streak
+
+    def retune(self, rule: SpikeConfig, baseline: BaselineConfig) -> None:
+        """New bounds from a live directive; the healthy values learned so far are kept."""
+        self._baseline.retune(baseline.ema_factor, baseline.window, baseline.min_samples)
+        self._rule = rule
+        self._baseline_config = baseline
+
+    def observe(self, step: int, value: float) -> SpikeReading:
+        rule = self._rule
+        if not math.isfinite(value) or step < self._baseline_config.warmup_steps:
+            return self._unjudged(value)
+        ema = self._baseline.ema
+        if ema is None or not self._baseline.ready:
+            self._baseline.accept(value)
+            return self._unjudged(value)
+        zscore = self._baseline.robust_zscore(value)
+        by_ratio = rule.ratio_breached(value, ema)
+        by_zscore = zscore is not None and rule.zscore_breached(zscore)
+        threshold = self._threshold(ema, prefer_zscore=by_zscore and not by_ratio)
+        if by_ratio or by_zscore:
+            self._streak.hit(step)
+        else:
+            self._streak.clear()
+            self._baseline.accept(value)
+        return SpikeReading(
+            value=value,
+            baseline=ema,
+            ratio=self._baseline.ratio(value),
+            zscore=zscore,
+            judged=True,
+            anomalous=by_ratio or by_zscore,
+            threshold=threshold,
+            consecutive=self._streak.count,
+            onset_step=self._streak.onset,
+            sustained=self._streak.count >= rule.consecutive_steps,
+        )
+
+    def _threshold(self, ema: float, *, prefer_zscore: bool) -> float | None:
+        ratio_bound = None if self._rule.ratio is None or ema <= 0.0 else self._rule.ratio * ema
+        zscore_bound = None
+        if self._rule.zscore is not None:
+            zscore_bound = self._baseline.zscore_bound(self._rule.zscore)
+        if prefer_zscore or ratio_bound is None:
+            return zscore_bound
+        return ratio_bound
+
+    def _unjudged(self, value: float) -> SpikeReading:
+        return SpikeReading(
+            value=value,
+            baseline=self._baseline.ema,
+            ratio=None,
+            zscore=None,
+            judged=False,
+            anomalous=False,
+            threshold=None,
+            consecutive=self._streak.count,
+            onset_step=self._streak.onset,
+            sustained=False,
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"baseline": self._baseline.state_dict(), "streak": self._streak.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._baseline.load_state_dict(state["baseline"])
+        self._streak.load_state_dict(state["streak"])
