@@ -34,6 +34,9 @@ DIRECTIVES_TOKEN = "STABLETRAIN_DIRECTIVES_TOKEN"
 """Bearer token for the live-directive endpoint (secretKeyRef into the per-job Secret)."""
 AGENT_PORT = "STABLETRAIN_AGENT_PORT"
 """Port of the agent's HTTP server (/metrics, status, live directives) on local rank 0."""
+AGENT_BIND_ADDRESS = "STABLETRAIN_AGENT_BIND_ADDRESS"
+"""Address that server binds to: the pod IP (downward API status.podIP) in a cluster, a
+loopback address in tests; unset means every interface of the pod."""
 TERMINATION_MESSAGE_PATH = "STABLETRAIN_TERMINATION_MESSAGE_PATH"
 """Where the trip report goes; equal to the container's terminationMessagePath."""
 
@@ -46,6 +49,7 @@ DEFAULT_PFS_CHECKPOINT_DIR = PurePosixPath("/stabletrain/pfs")
 DEFAULT_TERMINATION_MESSAGE_PATH = PurePosixPath("/dev/termination-log")
 """Kubernetes' default terminationMessagePath."""
 DEFAULT_AGENT_PORT = 9400
+DEFAULT_AGENT_BIND_ADDRESS = "0.0.0.0"
 
 TOKEN_SECRET_KEY = "token"
 """Key of the token inside the per-job Secret."""
