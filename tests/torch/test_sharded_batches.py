@@ -6,7 +6,15 @@ import itertools
 
 import pytest
 
-from stabletrain_agent.data import SampleRange, Shard, ShardedBatches, SkipList
+from stabletrain_agent.contract.directives import SkipRange, SkipUnit
+from stabletrain_agent.data import (
+    BatchSkip,
+    SampleRange,
+    Shard,
+    ShardedBatches,
+    SkipList,
+    skip_list_from_directives,
+)
 
 Sample = tuple[str, int]
 
@@ -69,7 +77,7 @@ def test_skipped_batches_and_shards_are_never_read() -> None:
     reference_storage = RecordingShards()
     reference = take(make(reference_storage), 6)
     storage = RecordingShards()
-    skip = SkipList(batch_ranges=((2, 4),), shard_ids=frozenset())
+    skip = SkipList(batches=(BatchSkip(2, 4),))
     batches = make(storage, skip=skip)
     got = take(batches, 4)
     assert got == [reference[0], reference[1], reference[4], reference[5]]
@@ -89,7 +97,7 @@ def test_skipped_batches_and_shards_are_never_read() -> None:
 
 
 def test_lineage_names_the_ranges_of_the_batch_just_returned() -> None:
-    batches = make(RecordingShards(), rank=1, world_size=2, skip=SkipList(((0, 1),)))
+    batches = make(RecordingShards(), rank=1, world_size=2, skip=SkipList((BatchSkip(0, 1),)))
     batch = next(batches)
     lineage = batches.last_lineage
     assert lineage is not None
@@ -99,7 +107,7 @@ def test_lineage_names_the_ranges_of_the_batch_just_returned() -> None:
 
 
 def test_resume_continues_exactly_at_the_cursor() -> None:
-    skip = SkipList(batch_ranges=((5, 7),), shard_ids=frozenset({"c"}))
+    skip = SkipList(batches=(BatchSkip(5, 7),), shard_ids=frozenset({"c"}))
     original = make(RecordingShards(), rank=1, world_size=2, skip=skip)
     take(original, 4)
     cursor = original.state_dict()
@@ -137,7 +145,7 @@ def test_an_unusable_skip_list_is_rejected_by_name(skip: SkipList, message: str)
 
 def test_bad_ranges_shards_and_cursors_are_rejected() -> None:
     with pytest.raises(ValueError, match="empty or negative"):
-        SkipList(batch_ranges=((4, 4),))
+        BatchSkip(4, 4)
     with pytest.raises(ValueError, match="appears twice"):
         ShardedBatches(
             [Shard("a", 1), Shard("a", 2)], RecordingShards().read, flatten, batch_size=1
@@ -148,3 +156,39 @@ def test_bad_ranges_shards_and_cursors_are_rejected() -> None:
         make(RecordingShards(), rank=2, world_size=2)
     with pytest.raises(ValueError, match="cannot be negative"):
         make(RecordingShards()).load_state_dict({"position": -1, "batch_index": 0})
+
+
+def test_a_range_limited_to_some_shards_skips_only_their_samples_there() -> None:
+    storage = RecordingShards()
+    batches = make(storage, skip=SkipList(batches=(BatchSkip(3, 6, frozenset({"b"})),)))
+    got = take(batches, 20)
+    reference = take(make(RecordingShards()), 3)
+    assert got[:3] == reference[:3]
+    during = [s for b in got[3:6] for s in b]
+    assert all(shard != "b" for shard, _ in during)
+    assert any(shard == "b" for b in got[6:] for shard, _ in b)
+    assert {shard for shard, _ in storage.fetched} == {"a", "b", "c", "d"}
+
+
+def test_step_ranges_of_the_directives_become_the_batches_those_steps_consumed() -> None:
+    ranges = (
+        SkipRange(first=2, last=3, unit=SkipUnit.BATCH),
+        SkipRange(first=8, last=9, unit=SkipUnit.STEP),
+        SkipRange(first=1, last=4, unit=SkipUnit.STEP),
+        SkipRange(first=12, last=12, unit=SkipUnit.STEP, shard_ids=("c",)),
+    )
+    skip = skip_list_from_directives(ranges, resume_step=5, next_batch_index=4)
+    # Steps 6.. consumed batches 4, 5, 6, 7 (steps 6-9), 8, 9, 10 (steps 10-12).
+    assert skip.batches == (
+        BatchSkip(2, 4),
+        BatchSkip(6, 8),
+        BatchSkip(10, 11, frozenset({"c"})),
+    )
+    tripped_run = make(RecordingShards(), skip=SkipList(batches=(BatchSkip(2, 4),)))
+    tripped_run.load_state_dict({"position": 12, "batch_index": 4})
+    consumed = {}
+    for step in range(6, 13):
+        next(tripped_run)
+        assert tripped_run.last_lineage is not None
+        consumed[step] = tripped_run.last_lineage.batch_index
+    assert (consumed[8], consumed[9], consumed[12]) == (6, 7, 10)

@@ -10,7 +10,7 @@ talk to agree on what comes next.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -23,23 +23,48 @@ DEFAULT_READ_LOG = 4096
 
 
 @dataclass(frozen=True)
-class SkipList:
-    """Global batch indices and shard ids that must never be read."""
+class BatchSkip:
+    """Global batch indices ``[start, stop)``; all of them, or only some shards' samples."""
 
-    batch_ranges: tuple[tuple[int, int], ...] = ()
-    """Half-open ``[start, stop)`` ranges of global batch indices."""
+    start: int
+    stop: int
     shard_ids: frozenset[str] = field(default_factory=frozenset)
+    """Empty: skip these batches whole. Otherwise pass over only these shards' samples."""
 
     def __post_init__(self) -> None:
-        for start, stop in self.batch_ranges:
-            if not 0 <= start < stop:
-                raise ValueError(
-                    f"skip range [{start}, {stop}) is empty or negative; "
-                    "a range needs 0 <= start < stop"
-                )
+        if not 0 <= self.start < self.stop:
+            raise ValueError(
+                f"skip range [{self.start}, {self.stop}) is empty or negative; "
+                "a range needs 0 <= start < stop"
+            )
+
+    def covers(self, batch_index: int) -> bool:
+        return self.start <= batch_index < self.stop
+
+
+@dataclass(frozen=True)
+class SkipList:
+    """Batches and shards that must never be read."""
+
+    batches: tuple[BatchSkip, ...] = ()
+    shard_ids: frozenset[str] = field(default_factory=frozenset)
+    """Shards skipped everywhere."""
 
     def skips_batch(self, batch_index: int) -> bool:
-        return any(start <= batch_index < stop for start, stop in self.batch_ranges)
+        return any(r.covers(batch_index) and not r.shard_ids for r in self.batches)
+
+    def shards_skipped_in(self, batch_index: int) -> frozenset[str]:
+        skipped = set(self.shard_ids)
+        for r in self.batches:
+            if r.covers(batch_index):
+                skipped |= r.shard_ids
+        return frozenset(skipped)
+
+    def every_shard_named(self) -> frozenset[str]:
+        named = set(self.shard_ids)
+        for r in self.batches:
+            named |= r.shard_ids
+        return frozenset(named)
 
 
 @dataclass(frozen=True)
@@ -91,8 +116,13 @@ class ShardedBatches(Generic[Chunk, Batch]):
 
     def set_skip(self, skip: SkipList) -> None:
         """Adopt a new skip-list; it applies from the next batch on."""
+        self._layout.check_known(skip.every_shard_named())
         self._layout.check_skippable(skip.shard_ids)
         self._skip = skip
+
+    @property
+    def next_batch_index(self) -> int:
+        return self._batch_index
 
     def __iter__(self) -> ShardedBatches[Chunk, Batch]:
         return self
@@ -100,10 +130,10 @@ class ShardedBatches(Generic[Chunk, Batch]):
     def __next__(self) -> Batch:
         global_size = self._batch_size * self._world_size
         while True:
-            ranges, self._position = self._layout.take(
-                self._position, global_size, self._skip.shard_ids
-            )
             batch_index = self._batch_index
+            skipped_shards = self._skip.shards_skipped_in(batch_index)
+            self._layout.check_skippable(skipped_shards)
+            ranges, self._position = self._layout.take(self._position, global_size, skipped_shards)
             self._batch_index += 1
             if not self._skip.skips_batch(batch_index):
                 break
@@ -125,8 +155,3 @@ class ShardedBatches(Generic[Chunk, Batch]):
             raise ValueError(f"a data cursor cannot be negative: {state!r}")
         self._position, self._batch_index = position, batch_index
         self.last_lineage = None
-
-
-def skip_list(batch_ranges: Iterable[tuple[int, int]], shard_ids: Collection[str]) -> SkipList:
-    """A SkipList from plain ranges and ids, as the directives carry them."""
-    return SkipList(tuple((int(a), int(b)) for a, b in batch_ranges), frozenset(shard_ids))

@@ -58,11 +58,14 @@ class ShardLayout:
             total += shard.num_samples
         self.samples_per_epoch = total
 
-    def check_skippable(self, skipped_shards: Collection[str]) -> None:
-        """Reject a skip-list that names unknown shards or leaves nothing to train on."""
-        unknown = sorted(set(skipped_shards) - {shard.shard_id for shard in self.shards})
+    def check_known(self, shard_ids: Collection[str]) -> None:
+        """Reject shard ids this dataset does not have: a typo would silently skip nothing."""
+        unknown = sorted(set(shard_ids) - {shard.shard_id for shard in self.shards})
         if unknown:
             raise ValueError(f"skip-list names shards the dataset does not have: {unknown}")
+
+    def check_skippable(self, skipped_shards: Collection[str]) -> None:
+        """Reject skipping every shard at once: nothing would be left to train on."""
         if all(shard.shard_id in skipped_shards for shard in self.shards):
             raise ValueError("the skip-list names every shard; nothing is left to train on")
 
