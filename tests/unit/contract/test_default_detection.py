@@ -14,6 +14,7 @@ import pytest
 from stabletrain_agent.contract.detection import (
     CustomSignalConfig,
     DetectionConfig,
+    LossSpikeConfig,
     SpikeConfig,
     ThresholdKind,
     ThroughputConfig,
@@ -89,7 +90,7 @@ def test_default_ignores_the_steep_fall_of_the_first_steps() -> None:
 
 def test_stricter_config_would_miss_the_smallest_logbook_ratio() -> None:
     """Guards the calibration: llm-foundry's 2x would miss BigScience 104B (ratio 1.77)."""
-    config = DetectionConfig(loss_spike=SpikeConfig(ratio=2.0, consecutive_steps=4))
+    config = DetectionConfig(loss_spike=LossSpikeConfig(ratio=2.0, consecutive_steps=4))
     losses = healthy_losses(6.44, 400) + [11.42] * 50
     assert first_trip_step(config, losses) is None
 

@@ -3,6 +3,7 @@
 camelCase on the wire because the same models are embedded in the Kubernetes resource,
 whose conventions are camelCase; snake_case in Python. Unknown fields are errors, never
 ignored: a misspelt threshold silently falling back to a default is how runs get lost.
+Attribute docstrings become the field descriptions of the CRD and of docs/api.md.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ class ContractModel(BaseModel):
         extra="forbid",
         frozen=True,
         ser_json_inf_nan="strings",
+        use_attribute_docstrings=True,
     )
 
 

@@ -82,16 +82,19 @@ class SpikeConfig(ContractModel):
         return self.zscore is not None and robust_zscore >= self.zscore
 
 
-def default_loss_spike() -> SpikeConfig:
-    """Ratio 1.6 for 4 steps: below the smallest logbook ratio (1.77, BigScience 104B) with
-    10% margin, above benign one-step outliers (~1.5x), and sustained as llm-foundry demands."""
-    return SpikeConfig(ratio=1.6, zscore=None, consecutive_steps=4)
+class LossSpikeConfig(SpikeConfig):
+    """Loss spikes. Ratio 1.6 for 4 steps: below the smallest logbook ratio (1.77,
+    BigScience 104B) with 10% margin, above benign one-step outliers (~1.5x), and sustained
+    as llm-foundry's KillLossSpike demands (patience 4)."""
 
 
-def default_grad_norm_spike() -> SpikeConfig:
-    """Ratio 4 for 4 steps. Grad-norm spikes without a loss spike are common and usually
-    harmless (the OPT-175B logbook records many), so the default policy only reports them."""
-    return SpikeConfig(ratio=4.0, zscore=None, consecutive_steps=4)
+class GradNormSpikeConfig(SpikeConfig):
+    """Gradient-norm spikes. Ratio 4 for 4 steps. Grad-norm spikes without a loss spike are
+    common and usually harmless (the OPT-175B logbook records many), so the default policy
+    only reports them."""
+
+    ratio: PositiveRatio | None = 4.0
+    """Anomalous when value / EMA baseline >= ratio; null disables the ratio rule."""
 
 
 class NonFiniteConfig(ContractModel):
@@ -178,8 +181,8 @@ class DetectionConfig(ContractModel):
     """Every threshold of the agent's detectors. The default trips on the logbook spikes."""
 
     baseline: BaselineConfig = Field(default_factory=BaselineConfig)
-    loss_spike: SpikeConfig = Field(default_factory=default_loss_spike)
-    grad_norm_spike: SpikeConfig = Field(default_factory=default_grad_norm_spike)
+    loss_spike: LossSpikeConfig = Field(default_factory=LossSpikeConfig)
+    grad_norm_spike: GradNormSpikeConfig = Field(default_factory=GradNormSpikeConfig)
     non_finite: NonFiniteConfig = Field(default_factory=NonFiniteConfig)
     throughput: ThroughputConfig = Field(default_factory=ThroughputConfig)
     stall_seconds: int = Field(default=900, ge=30, le=7 * 24 * 3600)
