@@ -12,7 +12,7 @@ import pytest
 from stabletrain_agent.contract.detection import (
     CustomSignalConfig,
     DetectionConfig,
-    SpikeConfig,
+    LossSpikeConfig,
     ThresholdKind,
 )
 from stabletrain_agent.contract.directives import DEFAULT_TRIP_ON
@@ -315,7 +315,7 @@ def test_live_reconfigure_keeps_baselines_and_applies_new_thresholds() -> None:
     monitor = _default_monitor()
     _run(monitor, (_obs(s, v) for s, v in enumerate(_noisy(2.0, 400, seed=8))))
     assert not monitor.observe(_obs(400, 2.8)).findings  # 1.4x: below the default 1.6
-    stricter = DetectionConfig(loss_spike=SpikeConfig(ratio=1.3, consecutive_steps=2))
+    stricter = DetectionConfig(loss_spike=LossSpikeConfig(ratio=1.3, consecutive_steps=2))
     monitor.reconfigure(stricter, trip_on=DEFAULT_TRIP_ON)
     verdicts = _run(monitor, [_obs(401, 2.8), _obs(402, 2.8)])
     assert verdicts[-1].trip
