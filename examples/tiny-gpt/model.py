@@ -88,4 +88,4 @@ class TinyGPT(nn.Module):
         positions = torch.arange(time, device=idx.device)
         x = self.tok_emb(idx) + self.pos_emb(positions)
         logits = self.head(self.ln_f(self.blocks(x)))
-        return functional.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+        return functional.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))

@@ -1,0 +1,68 @@
+"""Shared fixtures of the torch tests: counting host synchronisations from the outside."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import torch
+
+SYNC_POINTS = ("item", "__bool__", "__float__", "__int__", "__index__", "tolist", "cpu", "numpy")
+"""Tensor methods that make the host wait for the device (or read a value to the host)."""
+
+
+class SyncCounter:
+    """Counts calls of every sync point while installed; the code under test cannot see it."""
+
+    def __init__(self) -> None:
+        self.calls: Counter[str] = Counter()
+
+    @property
+    def total(self) -> int:
+        return sum(self.calls.values())
+
+    def reset(self) -> None:
+        self.calls.clear()
+
+    def wrap(self, name: str, original: Callable[..., Any]) -> Callable[..., Any]:
+        def counting(*args: Any, **kwargs: Any) -> Any:
+            self.calls[name] += 1
+            return original(*args, **kwargs)
+
+        return counting
+
+
+@pytest.fixture
+def sync_counter(monkeypatch: pytest.MonkeyPatch) -> SyncCounter:
+    counter = SyncCounter()
+    for name in SYNC_POINTS:
+        monkeypatch.setattr(torch.Tensor, name, counter.wrap(name, getattr(torch.Tensor, name)))
+    monkeypatch.setattr(
+        torch.cuda, "synchronize", counter.wrap("cuda.synchronize", torch.cuda.synchronize)
+    )
+    return counter
+
+
+TINY_GPT = Path(__file__).resolve().parents[2] / "examples" / "tiny-gpt" / "model.py"
+
+
+def load_tiny_gpt() -> ModuleType:
+    """The example's model module (its directory name is not a package name)."""
+    spec = importlib.util.spec_from_file_location("tiny_gpt_model", TINY_GPT)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def tiny_gpt() -> ModuleType:
+    return load_tiny_gpt()

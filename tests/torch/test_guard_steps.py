@@ -1,0 +1,223 @@
+"""The guard in a single process: syncs per step, NaN never reaching weights, trips, scaler."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from stabletrain_agent.contract.detection import DetectionConfig, NonFiniteConfig
+from stabletrain_agent.contract.directives import Directives
+from stabletrain_agent.contract.names import Signal
+from stabletrain_agent.contract.trip import parse_termination_message
+from stabletrain_agent.data import Shard, ShardedBatches
+from stabletrain_agent.guard import Guard, GuardEnv, StaticDirectives
+from stabletrain_agent.trip import TRIP_EXIT_CODE, TrainingTripped
+
+BLOCK = 16
+VOCAB = 32
+
+
+def token_batches(batch_size: int = 4) -> ShardedBatches[torch.Tensor, torch.Tensor]:
+    """Deterministic token shards; every sample is BLOCK + 1 tokens (inputs and targets)."""
+
+    def read(shard_id: str, start: int, stop: int) -> torch.Tensor:
+        generator = torch.Generator().manual_seed(hash(shard_id) % 10_000)
+        samples = torch.randint(0, VOCAB, (64, BLOCK + 1), generator=generator)
+        return samples[start:stop]
+
+    shards = [Shard(f"shard-{i}", 64) for i in range(4)]
+    return ShardedBatches(shards, read, torch.cat, batch_size=batch_size)
+
+
+def tiny_model(tiny_gpt: ModuleType) -> nn.Module:
+    torch.manual_seed(0)
+    config = tiny_gpt.GPTConfig(vocab_size=VOCAB, block_size=BLOCK, n_layer=1, n_head=2, n_embd=32)
+    model: nn.Module = tiny_gpt.TinyGPT(config)
+    return model
+
+
+def directives(**detection: Any) -> StaticDirectives:
+    return StaticDirectives(
+        Directives(generation=1, attempt=0, detection=DetectionConfig(**detection))
+    )
+
+
+def params_finite(model: nn.Module) -> bool:
+    return all(bool(torch.isfinite(p).all()) for p in model.parameters())
+
+
+@pytest.mark.parametrize("optimizer_name", ["SGD", "AdamW"])
+def test_at_most_one_host_sync_per_step(
+    tiny_gpt: ModuleType, sync_counter: Any, optimizer_name: str
+) -> None:
+    steps = 12
+
+    def train(guarded: bool) -> int:
+        model = tiny_model(tiny_gpt)
+        optimizer: torch.optim.Optimizer
+        if optimizer_name == "SGD":
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+        else:
+            optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0 / (1 + s))
+        batches = token_batches()
+        guard = Guard(
+            model,
+            optimizer,
+            scheduler=scheduler,
+            data=batches,
+            directives=StaticDirectives(None),
+            guard_env=GuardEnv(),
+        )
+        sync_counter.reset()
+        for _ in range(steps):
+            batch = next(batches)
+            loss = model(batch[:, :-1], batch[:, 1:])
+            loss.backward()
+            if guarded:
+                guard.step(loss, tokens=batch[:, :-1].numel())
+            else:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                optimizer.step()
+                scheduler.step()
+            optimizer.zero_grad()
+        total: int = sync_counter.total
+        return total
+
+    bare = train(guarded=False)
+    guarded = train(guarded=True)
+    print(f"{optimizer_name}: syncs per step bare={bare / steps} guarded={guarded / steps}")
+    assert guarded - bare <= steps
+    if optimizer_name == "SGD":
+        assert bare == 0
+        assert guarded == steps
+
+
+def test_a_non_finite_step_is_skipped_and_counted_without_tripping(tiny_gpt: ModuleType) -> None:
+    model = tiny_model(tiny_gpt)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    batches = token_batches()
+    guard = Guard(model, optimizer, data=batches, directives=directives(), guard_env=GuardEnv())
+    for step in range(1, 9):
+        batch = next(batches)
+        loss = model(batch[:, :-1], batch[:, 1:])
+        if step == 5:
+            loss = loss * float("nan")
+        loss.backward()
+        before = [p.detach().clone() for p in model.parameters()]
+        verdict = guard.step(loss)
+        optimizer.zero_grad()
+        moved = any(not torch.equal(p, b) for p, b in zip(model.parameters(), before, strict=True))
+        assert moved == (step != 5)
+        assert ({f.signal for f in verdict.findings} == {Signal.NON_FINITE}) == (step == 5)
+        assert params_finite(model)
+    assert guard.skipped_steps == 1
+    assert guard.global_step == 8
+
+
+def test_a_trip_stops_with_the_report_and_the_lineage(tiny_gpt: ModuleType, tmp_path: Path) -> None:
+    model = tiny_model(tiny_gpt)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    batches = token_batches()
+    termination = tmp_path / "termination-log"
+    env = GuardEnv(
+        attempt=0, node="node-a", termination_path=termination, lineage_root=tmp_path / "lineage"
+    )
+    guard = Guard(
+        model,
+        optimizer,
+        data=batches,
+        directives=directives(non_finite=NonFiniteConfig(consecutive_steps=2)),
+        guard_env=env,
+        checkpoint_inventory=lambda: ((0, 0, 13),),
+    )
+
+    def train_with_inf_loss_from_step_6() -> None:
+        for step in range(1, 20):
+            batch = next(batches)
+            loss = model(batch[:, :-1], batch[:, 1:])
+            if step >= 6:
+                loss = loss * float("inf")
+            loss.backward()
+            guard.step(loss)
+            optimizer.zero_grad()
+
+    with pytest.raises(TrainingTripped) as tripped:
+        train_with_inf_loss_from_step_6()
+    assert tripped.value.code == TRIP_EXIT_CODE
+    assert guard.global_step == 7
+    assert params_finite(model)
+    report = parse_termination_message(termination.read_text())
+    assert (report.step, report.onset_step, report.signal) == (7, 6, Signal.NON_FINITE)
+    assert report.node == "node-a"
+    assert report.inventory == ((0, 0, 13),)
+    assert len(termination.read_bytes()) <= 4096
+    lineage = json.loads((Path(report.lineage_path) / "rank-0.json").read_text())
+    assert [entry["step"] for entry in lineage["steps"]] == list(range(1, 8))
+    assert lineage["steps"][5] == {
+        "step": 6,
+        "batchIndex": 5,
+        "ranges": [{"shardId": "shard-0", "start": 20, "stop": 24}],
+    }
+
+
+def test_gradscaler_overflow_is_routine_not_a_non_finite_event(tiny_gpt: ModuleType) -> None:
+    model = tiny_model(tiny_gpt)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**40)
+    batches = token_batches()
+    guard = Guard(
+        model,
+        optimizer,
+        scaler=scaler,
+        data=batches,
+        directives=directives(non_finite=NonFiniteConfig(consecutive_steps=1)),
+        guard_env=GuardEnv(),
+    )
+    overflow_steps = 0
+    for _ in range(40):
+        batch = next(batches)
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss = model(batch[:, :-1], batch[:, 1:])
+        scaler.scale(loss).backward()
+        before = [p.detach().clone() for p in model.parameters()]
+        verdict = guard.step(loss)
+        optimizer.zero_grad()
+        moved = any(not torch.equal(p, b) for p, b in zip(model.parameters(), before, strict=True))
+        assert Signal.NON_FINITE not in {f.signal for f in verdict.findings}
+        overflow_steps += not moved
+        assert params_finite(model)
+    assert overflow_steps >= 3
+    assert guard.skipped_steps == overflow_steps
+    assert scaler.get_scale() < 2.0**40
+    assert overflow_steps < 40
+
+
+def test_guard_state_round_trips_the_data_cursor_and_step(tiny_gpt: ModuleType) -> None:
+    model = tiny_model(tiny_gpt)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    batches = token_batches()
+    guard = Guard(model, optimizer, data=batches, directives=directives(), guard_env=GuardEnv())
+    for _ in range(3):
+        batch = next(batches)
+        model(batch[:, :-1], batch[:, 1:]).backward()
+        guard.step(model(batch[:, :-1], batch[:, 1:]).detach().requires_grad_())
+        optimizer.zero_grad()
+    state = guard.state_dict()
+    expected_next = next(batches)
+
+    fresh_batches = token_batches()
+    fresh = Guard(
+        model, optimizer, data=fresh_batches, directives=directives(), guard_env=GuardEnv()
+    )
+    fresh.load_state_dict(state)
+    assert fresh.global_step == 3
+    assert torch.equal(next(fresh_batches), expected_next)
+    assert not math.isnan(fresh.lr.factor(4))

@@ -1,0 +1,85 @@
+"""The one collective and the one host read of each step.
+
+Everything the guard decides on goes through a single SUM all-reduce of a small float64
+vector and a single ``tolist()``: the loss (averaged), the grad norm (averaged: DDP makes
+it identical on every rank already, averaging just makes agreement exact), the step time
+(averaged, so throughput is the same number everywhere), token counts (summed), the count
+of ranks that hold newer directives, and the count of ranks with a checkpoint save in
+flight. A NaN anywhere stays NaN through the sum, so one rank's non-finite loss becomes
+every rank's. Because every rank then feeds the same host numbers into the deterministic
+monitor, the trip decision is identical everywhere without a second collective.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class Agreed:
+    """Host values every rank holds identically after the step's all-reduce."""
+
+    loss: float
+    grad_norm: float
+    step_seconds: float
+    tokens: float
+    ranks_with_newer_directives: int
+    ranks_saving: int
+    custom: dict[str, float]
+
+
+def agree(
+    loss: torch.Tensor,
+    grad_norm: torch.Tensor,
+    *,
+    step_seconds: float,
+    tokens: int,
+    has_newer_directives: bool,
+    saving: bool,
+    custom: Mapping[str, torch.Tensor | float],
+    group: dist.ProcessGroup | None,
+) -> Agreed:
+    """Pack, all-reduce (when distributed) and read back: one collective, one sync.
+
+    ``custom`` must have the same keys on every rank (the vector's layout depends on them).
+    """
+    device = loss.device
+    names = sorted(custom)
+    device_parts = [loss.detach().reshape(1), grad_norm.detach().reshape(1)]
+    device_parts += [_as_tensor(custom[name], device).reshape(1) for name in names]
+    host = torch.tensor(
+        [step_seconds, float(tokens), float(has_newer_directives), float(saving)],
+        dtype=torch.float64,
+    )
+    if device.type == "cuda":
+        # A pageable host-to-device copy waits for the stream: pinned memory does not.
+        host = host.pin_memory()
+    vector = torch.cat(
+        [p.to(torch.float64) for p in device_parts] + [host.to(device, non_blocking=True)]
+    )
+    world = 1
+    if dist.is_available() and dist.is_initialized():
+        dist.all_reduce(vector, op=dist.ReduceOp.SUM, group=group)
+        world = dist.get_world_size(group)
+    values = vector.tolist()
+    custom_values = values[2 : 2 + len(names)]
+    seconds, total_tokens, newer, saving_ranks = values[2 + len(names) :]
+    return Agreed(
+        loss=values[0] / world,
+        grad_norm=values[1] / world,
+        step_seconds=seconds / world,
+        tokens=total_tokens,
+        ranks_with_newer_directives=round(newer),
+        ranks_saving=round(saving_ranks),
+        custom={name: value / world for name, value in zip(names, custom_values, strict=True)},
+    )
+
+
+def _as_tensor(value: torch.Tensor | float, device: torch.device) -> torch.Tensor:
+    if isinstance(value, torch.Tensor):
+        return value.detach()
+    return torch.full((1,), float(value), dtype=torch.float64, device=device)

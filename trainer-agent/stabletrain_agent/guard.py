@@ -1,0 +1,351 @@
+"""The torch side of the agent: one call per step that watches, protects and obeys.
+
+Three lines in a plain PyTorch loop (or under torchrun, with DDP or without)::
+
+    guard = Guard(model, optimizer, scheduler=scheduler, data=batches)  # 1
+    for inputs, targets in batches:
+        loss = model(inputs, targets)
+        loss.backward()
+        guard.step(loss, tokens=inputs.numel())  # 2: clip, optimizer.step, scheduler.step
+        optimizer.zero_grad()
+        if step % 100 == 0:
+            torch.save({..., "guard": guard.state_dict()}, path)  # 3
+
+``guard.step`` clips and measures the grad norm in one pass, agrees with the other ranks
+through one all-reduce and one host read (see consensus.py), asks the torch-free monitor
+for a verdict, and only then lets the optimizer step: a non-finite loss or gradient never
+reaches the weights. It applies the directives' LR scale and re-warm-up so the user's
+scheduler never sees them (see lr.py), records which data the step consumed, adopts newer
+directives on every rank at the same step, and on a trip stops every rank at the same
+step, leaves the trip report for the operator and exits non-zero.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+import torch.distributed as dist
+from torch.amp.grad_scaler import GradScaler
+from torch.optim.lr_scheduler import LRScheduler
+
+from stabletrain_agent.consensus import Agreed, agree
+from stabletrain_agent.contract import env
+from stabletrain_agent.contract.detection import DetectionConfig
+from stabletrain_agent.contract.directives import DEFAULT_TRIP_ON, Directives, parse_directives
+from stabletrain_agent.contract.inventory import CompactCheckpoint
+from stabletrain_agent.data import ShardedBatches, skip_list_from_directives
+from stabletrain_agent.lineage import LineageRing, lineage_dir, write_window
+from stabletrain_agent.lr import LrScale
+from stabletrain_agent.signals.monitor import SignalMonitor, StepObservation, Verdict
+from stabletrain_agent.trip import TrainingTripped, build_trip_report, write_termination_message
+
+STATE_VERSION = 1
+CHECKPOINT_FLUSH_SECONDS = 60.0
+"""How long a trip waits for in-flight checkpoint saves before the process exits."""
+
+
+class DirectiveFeed(Protocol):
+    """Where the newest directives known to this process come from; never blocks."""
+
+    def latest(self) -> Directives | None: ...
+
+
+class StepListener(Protocol):
+    """Told about every finished step on local rank 0 (the exporter), from host values."""
+
+    def on_step(self, guard: Guard, observation: StepObservation, verdict: Verdict) -> None: ...
+
+
+@dataclass(frozen=True)
+class GuardEnv:
+    """What the pod's environment tells the guard (names from the contract)."""
+
+    attempt: int = 0
+    node: str = "localhost"
+    local_rank: int = 0
+    termination_path: Path | None = None
+    lineage_root: Path | None = None
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str] | None = None) -> GuardEnv:
+        source = os.environ if environ is None else environ
+        termination = source.get(env.TERMINATION_MESSAGE_PATH)
+        lineage = source.get(env.LINEAGE_DIR)
+        return cls(
+            attempt=int(source.get(env.ATTEMPT, "0")),
+            node=source.get(env.NODE_NAME) or socket.gethostname(),
+            local_rank=int(source.get("LOCAL_RANK", "0")),
+            termination_path=Path(termination) if termination else None,
+            lineage_root=Path(lineage) if lineage else None,
+        )
+
+
+class StaticDirectives:
+    """Directives fixed for the life of the process (a plain run, a test, a file)."""
+
+    def __init__(self, directives: Directives | None) -> None:
+        self._directives = directives
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str] | None = None) -> StaticDirectives:
+        """The initial directives file the operator mounts, when the env names one."""
+        source = os.environ if environ is None else environ
+        path = source.get(env.DIRECTIVES_PATH)
+        if not path:
+            return cls(None)
+        return cls(parse_directives(Path(path).read_bytes()))
+
+    def latest(self) -> Directives | None:
+        return self._directives
+
+
+class Guard:
+    """Per-step signals, NaN protection, LR directives, lineage and trips for one rank."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        *,
+        scheduler: LRScheduler | None = None,
+        scaler: GradScaler | None = None,
+        max_grad_norm: float | None = 1.0,
+        data: ShardedBatches[Any, Any] | None = None,
+        directives: DirectiveFeed | None = None,
+        listener: StepListener | None = None,
+        saving: Callable[[], bool] | None = None,
+        checkpoint_inventory: Callable[[], tuple[CompactCheckpoint, ...]] | None = None,
+        flush_checkpoints: Callable[[float], None] | None = None,
+        lineage_window: int = 512,
+        process_group: dist.ProcessGroup | None = None,
+        guard_env: GuardEnv | None = None,
+    ) -> None:
+        if max_grad_norm is not None and not max_grad_norm > 0.0:
+            raise ValueError(f"max_grad_norm must be positive or None, got {max_grad_norm!r}")
+        self.model = model
+        self.optimizer = optimizer
+        self.scheduler = scheduler
+        self.scaler = scaler
+        self.max_grad_norm = max_grad_norm
+        self.data = data
+        self.env = guard_env or GuardEnv.from_environ()
+        self._parameters = [p for p in model.parameters() if p.requires_grad]
+        self._feed = directives if directives is not None else StaticDirectives.from_environ()
+        self._listener = listener
+        self._saving = saving
+        self._inventory = checkpoint_inventory
+        self._flush = flush_checkpoints
+        self._group = process_group
+        distributed = dist.is_available() and dist.is_initialized()
+        self.rank = dist.get_rank(process_group) if distributed else 0
+        self.lr = LrScale()
+        self.lineage = LineageRing(lineage_window)
+        self.global_step = 0
+        """Optimizer steps finished (skipped ones included): the step the next one follows."""
+        self.skipped_steps = 0
+        self.applied: Directives | None = None
+        self._steps_since_start = 0
+        self._lineage_written: set[int] = set()
+        self._last_step_end = time.perf_counter()
+        self.monitor = SignalMonitor(DetectionConfig(), DEFAULT_TRIP_ON)
+        initial = self._feed.latest()
+        if initial is not None:
+            self._adopt(initial, at_start=True)
+
+    @property
+    def applied_generation(self) -> int:
+        return self.applied.generation if self.applied else 0
+
+    def step(
+        self,
+        loss: torch.Tensor,
+        *,
+        tokens: int | None = None,
+        custom: Mapping[str, torch.Tensor | float] | None = None,
+    ) -> Verdict:
+        """Finish one training step; raises TrainingTripped on every rank when it trips.
+
+        Call after ``backward()`` in place of clipping, ``optimizer.step()`` and
+        ``scheduler.step()``. With a GradScaler pass the unscaled loss.
+        """
+        step = self.global_step + 1
+        if self.scaler is not None:
+            self.scaler.unscale_(self.optimizer)
+        grad_norm = self._clip()
+        latest = self._feed.latest()
+        now = time.perf_counter()
+        agreed = agree(
+            loss,
+            grad_norm,
+            step_seconds=now - self._last_step_end,
+            tokens=tokens or 0,
+            has_newer_directives=latest is not None and latest.generation > self.applied_generation,
+            saving=self._saving() if self._saving else False,
+            custom=custom or {},
+            group=self._group,
+        )
+        factor = self.lr.factor(step)
+        observation = self._observation(step, agreed, factor, tokens is not None)
+        verdict = self.monitor.observe(observation)
+        finite = math.isfinite(agreed.loss) and math.isfinite(agreed.grad_norm)
+        if finite and not verdict.skip_update and not verdict.trip:
+            with self.lr.applied(self.optimizer, step):
+                self.optimizer.step()
+        else:
+            self.skipped_steps += 1
+            self.optimizer.zero_grad(set_to_none=True)
+        if self.scaler is not None:
+            self.scaler.update()
+        if self.scheduler is not None:
+            self.scheduler.step()
+        self.global_step = step
+        self._steps_since_start += 1
+        if self.data is not None and self.data.last_lineage is not None:
+            self.lineage.record(step, self.data.last_lineage)
+        if self._listener is not None and self.env.local_rank == 0:
+            self._listener.on_step(self, observation, verdict)
+        self._write_sustained_lineage(verdict)
+        if agreed.ranks_with_newer_directives:
+            self._adopt_newest(latest)
+        if verdict.trip:
+            self._trip(verdict)
+        self._last_step_end = time.perf_counter()
+        return verdict
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything to resume exactly: step, monitor baselines, data cursor, LR state."""
+        return {
+            "version": STATE_VERSION,
+            "global_step": self.global_step,
+            "skipped_steps": self.skipped_steps,
+            "applied_generation": self.applied_generation,
+            "monitor": self.monitor.state_dict(),
+            "lr": self.lr.state_dict(),
+            "data": self.data.state_dict() if self.data is not None else None,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a checkpoint; directives newer than it keep their LR, skips and ramp."""
+        if state.get("version") != STATE_VERSION:
+            raise ValueError(
+                f"guard state has version {state.get('version')!r}; this agent reads "
+                f"version {STATE_VERSION}"
+            )
+        if self.data is not None and state["data"] is None:
+            raise ValueError("the checkpoint has no data cursor but this guard has a data helper")
+        self.global_step = int(state["global_step"])
+        self.skipped_steps = int(state["skipped_steps"])
+        self.monitor.load_state_dict(state["monitor"])
+        self.lr.load_state_dict(state["lr"])
+        if self.data is not None:
+            self.data.load_state_dict(state["data"])
+        self._lineage_written.clear()
+        self._steps_since_start = 0
+        if self.applied is not None:
+            if self.applied.resume_step not in (None, self.global_step):
+                raise ValueError(
+                    f"directives say resume at step {self.applied.resume_step} but the "
+                    f"checkpoint loaded is of step {self.global_step}"
+                )
+            if self.applied.generation > int(state["applied_generation"]):
+                self._adopt(self.applied, at_start=True)
+
+    def _clip(self) -> torch.Tensor:
+        """The total grad norm, from the same pass that clips (no second pass)."""
+        if self.max_grad_norm is None:
+            grads = [p.grad for p in self._parameters if p.grad is not None]
+            return torch.nn.utils.get_total_norm(grads)
+        return torch.nn.utils.clip_grad_norm_(self._parameters, self.max_grad_norm)
+
+    def _observation(
+        self, step: int, agreed: Agreed, factor: float, has_tokens: bool
+    ) -> StepObservation:
+        overflow = self.scaler is not None and not math.isfinite(agreed.grad_norm)
+        throughput = None
+        if has_tokens and agreed.step_seconds > 0.0:
+            throughput = agreed.tokens / agreed.step_seconds
+        return StepObservation(
+            step=step,
+            loss=agreed.loss,
+            # A GradScaler overflow is the scaler probing its scale, not a numerical fault.
+            grad_norm=None if overflow else agreed.grad_norm,
+            lr=float(self.optimizer.param_groups[0]["lr"]) * factor,
+            tokens_per_second=throughput,
+            custom=agreed.custom,
+            checkpoint_in_flight=agreed.ranks_saving > 0,
+            steps_since_start=self._steps_since_start,
+        )
+
+    def _adopt_newest(self, mine: Directives | None) -> None:
+        """The rare step when some rank holds newer directives: all adopt the newest."""
+        candidates: list[str | None] = [mine.to_json() if mine else None]
+        if dist.is_available() and dist.is_initialized():
+            candidates = [None] * dist.get_world_size(self._group)
+            dist.all_gather_object(candidates, mine.to_json() if mine else None, self._group)
+        known = [parse_directives(c) for c in candidates if c is not None]
+        newest = max(known, key=lambda d: d.generation, default=None)
+        if newest is not None and newest.generation > self.applied_generation:
+            self._adopt(newest, at_start=False)
+
+    def _adopt(self, directives: Directives, *, at_start: bool) -> None:
+        """Apply LR scale, ramp and thresholds; skips only at start (they need the cursor)."""
+        if directives.attempt != self.env.attempt:
+            raise ValueError(
+                f"directives are for attempt {directives.attempt} but this pod runs "
+                f"attempt {self.env.attempt}"
+            )
+        self.lr.set_scale(directives.lr_scale)
+        if directives.resume_step is not None:
+            self.lr.start_rewarmup(directives.resume_step, directives.rewarmup_steps)
+        self.monitor.reconfigure(directives.detection, directives.trip_on)
+        if at_start and self.data is not None:
+            self.data.set_skip(
+                skip_list_from_directives(
+                    directives.skip,
+                    resume_step=self.global_step,
+                    next_batch_index=self.data.next_batch_index,
+                )
+            )
+        self.applied = directives
+
+    def _write_sustained_lineage(self, verdict: Verdict) -> None:
+        for finding in verdict.findings:
+            if finding.sustained and finding.onset_step not in self._lineage_written:
+                self._lineage_written.add(finding.onset_step)
+                self._write_lineage(finding.onset_step)
+
+    def _write_lineage(self, onset_step: int) -> str:
+        if self.env.lineage_root is None:
+            return ""
+        directory = lineage_dir(self.env.lineage_root, self.env.attempt, onset_step)
+        write_window(directory, self.rank, onset_step, self.lineage.window())
+        return str(directory)
+
+    def _trip(self, verdict: Verdict) -> None:
+        lead = verdict.tripping[0]
+        lineage_path = self._write_lineage(lead.onset_step)
+        if self._flush is not None:
+            self._flush(CHECKPOINT_FLUSH_SECONDS)
+        report = build_trip_report(
+            verdict,
+            attempt=self.env.attempt,
+            node=self.env.node,
+            last_good_step=self.monitor.last_good_step,
+            inventory=self._inventory() if self._inventory else (),
+            lineage_path=lineage_path,
+        )
+        tripped = TrainingTripped(report)
+        if self.env.local_rank == 0:
+            if self.env.termination_path is not None:
+                write_termination_message(self.env.termination_path, report)
+            print(f"stabletrain: {tripped}", file=sys.stderr, flush=True)
+        raise tripped

@@ -1,0 +1,75 @@
+"""Which data each recent step consumed, kept for forensics when a spike comes.
+
+Practitioners who roll back by hand first ask "which batches were those?"; by then the
+loader has moved on. The ring keeps the ids (batch index, shard, sample range: never the
+contents) of the last steps in memory, bounded so a month-long run costs nothing, and
+writes the window to the PFS when a spike starts or training trips. Each rank writes its
+own file: ranks read different slices, and writing needs no collective.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+
+from stabletrain_agent.data import BatchLineage
+
+DEFAULT_WINDOW = 512
+"""Steps kept: covers PaLM-style skip windows (200-500 batches) around an onset."""
+
+
+@dataclass(frozen=True)
+class StepLineage:
+    step: int
+    batch: BatchLineage
+
+
+class LineageRing:
+    """The last ``window`` steps' lineage of this rank, oldest first."""
+
+    def __init__(self, window: int = DEFAULT_WINDOW) -> None:
+        if window <= 0:
+            raise ValueError(f"lineage window must be positive, got {window}")
+        self._steps: deque[StepLineage] = deque(maxlen=window)
+
+    def record(self, step: int, batch: BatchLineage) -> None:
+        self._steps.append(StepLineage(step, batch))
+
+    def window(self) -> list[StepLineage]:
+        return list(self._steps)
+
+
+def lineage_dir(root: Path, attempt: int, onset_step: int) -> Path:
+    """Where the window around ``onset_step`` goes; the trip report points here."""
+    return root / f"attempt-{attempt}" / f"onset-{onset_step}"
+
+
+def write_window(directory: Path, rank: int, onset_step: int, steps: list[StepLineage]) -> Path:
+    """Write this rank's window as JSON atomically (temp file, fsync, rename)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "rank": rank,
+        "onsetStep": onset_step,
+        "steps": [
+            {
+                "step": entry.step,
+                "batchIndex": entry.batch.batch_index,
+                "ranges": [
+                    {"shardId": r.shard_id, "start": r.start, "stop": r.stop}
+                    for r in entry.batch.ranges
+                ],
+            }
+            for entry in steps
+        ],
+    }
+    target = directory / f"rank-{rank}.json"
+    temp = directory / f".rank-{rank}.json.tmp"
+    with temp.open("w", encoding="utf-8") as handle:
+        json.dump(payload, handle, separators=(",", ":"))
+        handle.flush()
+        os.fsync(handle.fileno())
+    temp.replace(target)
+    return target
