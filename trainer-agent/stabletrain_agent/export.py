@@ -13,6 +13,7 @@ several exporters (tests, replay) can live in one process without colliding.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -23,7 +24,6 @@ import threading
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -151,7 +151,7 @@ class _Metrics:
             self.signal_sustained.labels(signal.value).set(0)
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class _StatusParts:
     """What the status endpoint shows, swapped as one reference between threads."""
 
@@ -242,7 +242,7 @@ class AgentExporter:
             m.non_finite.inc(snapshot.non_finite_total - self._non_finite_seen)
         self._non_finite_seen = snapshot.non_finite_total
         with self._parts_lock:
-            self._parts = _replace(
+            self._parts = dataclasses.replace(
                 self._parts,
                 snapshot=snapshot,
                 lr_scale=lr_scale,
@@ -252,11 +252,11 @@ class AgentExporter:
     def record_trip(self, report: TripReport) -> None:
         self._metrics.trips.inc()
         with self._parts_lock:
-            self._parts = _replace(self._parts, latest_trip=report)
+            self._parts = dataclasses.replace(self._parts, latest_trip=report)
 
     def set_inventory(self, records: Iterable[CheckpointRecord]) -> None:
         with self._parts_lock:
-            self._parts = _replace(self._parts, inventory=tuple(records))
+            self._parts = dataclasses.replace(self._parts, inventory=tuple(records))
 
     def _publish_signals(self, findings: tuple[Finding, ...]) -> None:
         """Per-signal gauges; a signal seen once keeps its series, reset to 0 when quiet."""
@@ -546,11 +546,6 @@ def _set(gauge: Gauge, value: float | None) -> None:
     gauge.set(math.nan if value is None else value)
 
 
-def _replace(parts: _StatusParts, **changes: Any) -> _StatusParts:
-    fields = {**parts.__dict__, **changes}
-    return _StatusParts(**fields)
-
-
 def _report(finding: Finding) -> FindingReport:
     return FindingReport(
         signal=finding.signal,
@@ -571,7 +566,7 @@ class AgentUnreachableError(ConnectionError):
     """The agent did not answer (pod gone, port closed, timeout); worth a retry."""
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class PutResult:
     status: int
     ack: DirectiveAck

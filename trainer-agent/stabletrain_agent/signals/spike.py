@@ -26,6 +26,7 @@ class SpikeReading:
     baseline: float | None
     ratio: float | None
     zscore: float | None
+    """Computed when the z-score rule is on or the step is anomalous, None otherwise."""
     judged: bool
     """False during warm-up, while the baseline fills, and for non-finite values."""
     anomalous: bool
@@ -67,8 +68,11 @@ class SpikeDetector:
         if ema is None or not self._baseline.ready:
             self._baseline.accept(value)
             return self._unjudged(value)
-        zscore = self._baseline.robust_zscore(value)
         by_ratio = rule.ratio_breached(value, ema)
+        # The window's median costs a sort; only pay it when a rule or the evidence needs it.
+        zscore = None
+        if rule.zscore is not None or by_ratio:
+            zscore = self._baseline.robust_zscore(value)
         by_zscore = zscore is not None and rule.zscore_breached(zscore)
         threshold = self._threshold(ema, prefer_zscore=by_zscore and not by_ratio)
         if by_ratio or by_zscore:
