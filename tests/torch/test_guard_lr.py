@@ -18,7 +18,8 @@ from torch import nn
 from torch.optim.lr_scheduler import CosineAnnealingLR, LambdaLR, LRScheduler
 
 from stabletrain_agent.contract.directives import Directives
-from stabletrain_agent.guard import Guard, GuardEnv, StaticDirectives
+from stabletrain_agent.directives import DirectiveSource
+from stabletrain_agent.guard import Guard, GuardEnv
 
 BASE_LR = 0.1
 ETA_MIN = 0.01
@@ -67,7 +68,7 @@ class Run:
             self.optimizer,
             scheduler=self.scheduler,
             max_grad_norm=None,
-            directives=StaticDirectives(directives),
+            directives=DirectiveSource(0, directives),
             guard_env=GuardEnv(),
         )
         return self.guard
@@ -177,7 +178,7 @@ def test_the_scheduler_keeps_its_own_lr_between_steps() -> None:
 def test_a_tensor_lr_is_refused_with_the_reason() -> None:
     model = nn.Linear(2, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=torch.tensor(0.1))
-    guard = Guard(model, optimizer, directives=StaticDirectives(None), guard_env=GuardEnv())
+    guard = Guard(model, optimizer, directives=DirectiveSource(0), guard_env=GuardEnv())
     model(torch.ones(1, 2)).sum().backward()
     with pytest.raises(TypeError, match="param group 0 has lr of type Tensor"):
         guard.step(torch.tensor(1.0))

@@ -17,7 +17,8 @@ from stabletrain_agent.contract.directives import Directives
 from stabletrain_agent.contract.names import Signal
 from stabletrain_agent.contract.trip import parse_termination_message
 from stabletrain_agent.data import Shard, ShardedBatches
-from stabletrain_agent.guard import Guard, GuardEnv, StaticDirectives
+from stabletrain_agent.directives import DirectiveSource
+from stabletrain_agent.guard import Guard, GuardEnv
 from stabletrain_agent.trip import TRIP_EXIT_CODE, TrainingTripped
 
 BLOCK = 16
@@ -43,9 +44,9 @@ def tiny_model(tiny_gpt: ModuleType) -> nn.Module:
     return model
 
 
-def directives(**detection: Any) -> StaticDirectives:
-    return StaticDirectives(
-        Directives(generation=1, attempt=0, detection=DetectionConfig(**detection))
+def directives(**detection: Any) -> DirectiveSource:
+    return DirectiveSource(
+        0, Directives(generation=1, attempt=0, detection=DetectionConfig(**detection))
     )
 
 
@@ -73,7 +74,7 @@ def test_at_most_one_host_sync_per_step(
             optimizer,
             scheduler=scheduler,
             data=batches,
-            directives=StaticDirectives(None),
+            directives=DirectiveSource(0),
             guard_env=GuardEnv(),
         )
         sync_counter.reset()

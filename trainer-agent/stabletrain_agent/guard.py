@@ -43,6 +43,8 @@ from stabletrain_agent.contract.detection import DetectionConfig
 from stabletrain_agent.contract.directives import DEFAULT_TRIP_ON, Directives, parse_directives
 from stabletrain_agent.contract.inventory import CompactCheckpoint
 from stabletrain_agent.data import ShardedBatches, skip_list_from_directives
+from stabletrain_agent.directives import DirectiveSource
+from stabletrain_agent.export import AgentExporter
 from stabletrain_agent.lineage import LineageRing, lineage_dir, write_window
 from stabletrain_agent.lr import LrScale
 from stabletrain_agent.signals.monitor import SignalMonitor, StepObservation, Verdict
@@ -57,12 +59,6 @@ class DirectiveFeed(Protocol):
     """Where the newest directives known to this process come from; never blocks."""
 
     def latest(self) -> Directives | None: ...
-
-
-class StepListener(Protocol):
-    """Told about every finished step on local rank 0 (the exporter), from host values."""
-
-    def on_step(self, guard: Guard, observation: StepObservation, verdict: Verdict) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -89,25 +85,6 @@ class GuardEnv:
         )
 
 
-class StaticDirectives:
-    """Directives fixed for the life of the process (a plain run, a test, a file)."""
-
-    def __init__(self, directives: Directives | None) -> None:
-        self._directives = directives
-
-    @classmethod
-    def from_environ(cls, environ: Mapping[str, str] | None = None) -> StaticDirectives:
-        """The initial directives file the operator mounts, when the env names one."""
-        source = os.environ if environ is None else environ
-        path = source.get(env.DIRECTIVES_PATH)
-        if not path:
-            return cls(None)
-        return cls(parse_directives(Path(path).read_bytes()))
-
-    def latest(self) -> Directives | None:
-        return self._directives
-
-
 class Guard:
     """Per-step signals, NaN protection, LR directives, lineage and trips for one rank."""
 
@@ -121,7 +98,7 @@ class Guard:
         max_grad_norm: float | None = 1.0,
         data: ShardedBatches[Any, Any] | None = None,
         directives: DirectiveFeed | None = None,
-        listener: StepListener | None = None,
+        exporter: AgentExporter | None = None,
         saving: Callable[[], bool] | None = None,
         checkpoint_inventory: Callable[[], tuple[CompactCheckpoint, ...]] | None = None,
         flush_checkpoints: Callable[[float], None] | None = None,
@@ -139,8 +116,8 @@ class Guard:
         self.data = data
         self.env = guard_env or GuardEnv.from_environ()
         self._parameters = [p for p in model.parameters() if p.requires_grad]
-        self._feed = directives if directives is not None else StaticDirectives.from_environ()
-        self._listener = listener
+        self._feed = directives if directives is not None else DirectiveSource.from_env()
+        self.exporter = exporter
         self._saving = saving
         self._inventory = checkpoint_inventory
         self._flush = flush_checkpoints
@@ -160,6 +137,29 @@ class Guard:
         initial = self._feed.latest()
         if initial is not None:
             self._adopt(initial, at_start=True)
+
+    @classmethod
+    def from_env(
+        cls,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        **options: Any,
+    ) -> Guard:
+        """The guard of a pod the operator started: directives, exporter and paths from env.
+
+        Local rank 0 serves /metrics, /v1/status and the live-directive PUT; the exporter
+        stops with ``close()`` or with the process.
+        """
+        source = DirectiveSource.from_env()
+        exporter = AgentExporter.from_env(source)
+        if exporter is not None:
+            exporter.start()
+        return cls(model, optimizer, directives=source, exporter=exporter, **options)
+
+    def close(self) -> None:
+        """Stop serving metrics and directives (safe to call more than once)."""
+        if self.exporter is not None:
+            self.exporter.stop()
 
     @property
     def applied_generation(self) -> int:
@@ -211,8 +211,12 @@ class Guard:
         self._steps_since_start += 1
         if self.data is not None and self.data.last_lineage is not None:
             self.lineage.record(step, self.data.last_lineage)
-        if self._listener is not None and self.env.local_rank == 0:
-            self._listener.on_step(self, observation, verdict)
+        if self.exporter is not None:
+            self.exporter.update(
+                self.monitor.snapshot(),
+                lr_scale=self.lr.scale,
+                applied_generation=self.applied_generation,
+            )
         self._write_sustained_lineage(verdict)
         if agreed.ranks_with_newer_directives:
             self._adopt_newest(latest)
@@ -344,6 +348,8 @@ class Guard:
             lineage_path=lineage_path,
         )
         tripped = TrainingTripped(report)
+        if self.exporter is not None:
+            self.exporter.record_trip(report)
         if self.env.local_rank == 0:
             if self.env.termination_path is not None:
                 write_termination_message(self.env.termination_path, report)
