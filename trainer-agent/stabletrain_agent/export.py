@@ -326,6 +326,11 @@ class AgentExporter:
         """Bind and serve in a daemon thread; the bound port is known when this returns."""
         if self._server is not None:
             raise RuntimeError("exporter already started")
+        if not self._token:
+            _log.warning(
+                "%s is empty: every live directive will be refused with 401",
+                env.DIRECTIVES_TOKEN,
+            )
         server = _Server(self._address, _Handler, self)
         thread = threading.Thread(
             target=server.serve_forever,

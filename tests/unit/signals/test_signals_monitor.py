@@ -17,6 +17,7 @@ from stabletrain_agent.contract.detection import (
 )
 from stabletrain_agent.contract.directives import DEFAULT_TRIP_ON
 from stabletrain_agent.contract.names import AnomalyClass, Signal
+from stabletrain_agent.contract.trip import EVIDENCE_MAX
 from stabletrain_agent.signals.monitor import SignalMonitor, StepObservation, Verdict
 
 LOSS = Signal.LOSS_SPIKE.value
@@ -285,6 +286,7 @@ def test_recurring_grad_norm_spikes_point_at_the_lr() -> None:
     assert verdicts[-1].trip
     assert verdicts[-1].tripping[0].anomaly_class is AnomalyClass.LR_TOO_HIGH
     assert "LR rose" in verdicts[-1].tripping[0].evidence
+    assert len(verdicts[-1].tripping[0].evidence) <= EVIDENCE_MAX
 
 
 def test_custom_signal_trips_when_named_in_trip_on() -> None:
@@ -350,3 +352,44 @@ def test_corrupt_state_is_refused_and_leaves_the_monitor_untouched() -> None:
     with pytest.raises(ValueError, match="non-finite"):
         monitor.load_state_dict(poisoned)
     assert monitor.state_dict() == before
+
+
+def test_loss_climbing_with_an_anomalous_grad_norm_is_divergence() -> None:
+    monitor = _default_monitor()
+    observations = [_obs(s, v, 1.0) for s, v in enumerate(_noisy(2.0, 400, seed=12))]
+    # Loss and grad norm break out together (no lead), and the loss keeps climbing.
+    observations += [_obs(400 + i, 3.4 * (1.1**i), 6.0 * (1.2**i)) for i in range(6)]
+    verdicts = _run(monitor, observations)
+    assert verdicts[-1].trip
+    first_loss_finding = next(f for f in verdicts[-4].findings if f.signal == LOSS)
+    assert (
+        first_loss_finding.anomaly_class is AnomalyClass.BAD_BATCH
+    )  # onset alone: no evidence yet
+    (tripping,) = verdicts[-1].tripping
+    assert tripping.anomaly_class is AnomalyClass.DIVERGENCE
+    assert "kept climbing" in tripping.evidence
+    assert len(tripping.evidence) <= EVIDENCE_MAX
+
+
+def test_relative_jump_custom_signal_learns_its_own_healthy_baseline() -> None:
+    config = DetectionConfig(
+        custom=(
+            CustomSignalConfig(
+                name="aux_loss",
+                kind=ThresholdKind.RELATIVE_JUMP,
+                threshold=3.0,
+                consecutive_steps=2,
+                anomaly_class=AnomalyClass.NUMERICAL,
+            ),
+        )
+    )
+    monitor = SignalMonitor(config, trip_on=())
+    values = _noisy(0.01, 300, seed=13)
+    verdicts = _run(monitor, (_obs(s, 2.0, custom={"aux_loss": v}) for s, v in enumerate(values)))
+    assert [f for v in verdicts for f in v.findings] == []
+    jumped = _run(monitor, [_obs(300 + i, 2.0, custom={"aux_loss": 0.05}) for i in range(3)])
+    findings = [v.findings[0] for v in jumped]
+    assert [f.sustained for f in findings] == [False, True, True]
+    assert {f.anomaly_class for f in findings} == {AnomalyClass.NUMERICAL}
+    assert findings[0].threshold == pytest.approx(0.03, rel=0.05)  # 3x the learned 0.01
+    assert not any(v.trip for v in jumped)  # nothing named in trip_on: report only
