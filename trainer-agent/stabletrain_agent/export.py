@@ -597,6 +597,21 @@ def fetch_metrics(base_url: str, timeout: float = 5.0) -> dict[str, Metric]:
         raise ContractError(f"metrics payload is not Prometheus text format: {error}") from None
 
 
+def sample_value(families: Mapping[str, Metric], metric: str, **labels: str) -> float | None:
+    """The value of one series from ``fetch_metrics``; None when the agent does not export it.
+
+    Counters are looked up by family name (``stabletrain_trips``) and found under their
+    ``_total`` sample name, so callers never spell the suffix.
+    """
+    family = families.get(metric)
+    if family is None:
+        return None
+    for sample in family.samples:
+        if sample.name in (metric, metric + "_total") and sample.labels == labels:
+            return float(sample.value)
+    return None
+
+
 def put_directives(
     base_url: str, directives: Directives, token: str, timeout: float = 5.0
 ) -> PutResult:

@@ -33,6 +33,7 @@ from stabletrain_agent.export import (
     fetch_metrics,
     fetch_status,
     put_directives,
+    sample_value,
 )
 from stabletrain_agent.signals.monitor import SignalMonitor, StepObservation
 
@@ -94,10 +95,9 @@ def _feed(exporter: AgentExporter, source: DirectiveSource) -> SignalMonitor:
 
 
 def _value(families: dict[str, Metric], metric: str, **labels: str) -> float:
-    for sample in families[metric].samples:
-        if sample.labels == labels and sample.name in (metric, metric + "_total"):
-            return float(sample.value)
-    raise AssertionError(f"no sample {metric}{labels}")
+    value = sample_value(families, metric, **labels)
+    assert value is not None, f"no sample {metric}{labels}"
+    return value
 
 
 def test_metrics_are_scraped_and_parsed_back_with_the_monitor_values(
@@ -128,6 +128,8 @@ def test_metrics_are_scraped_and_parsed_back_with_the_monitor_values(
     assert _value(families, "stabletrain_custom_signal", name="val_loss") == pytest.approx(2.5)
     assert _value(families, "stabletrain_directive_generation_applied") == 1
     assert _value(families, "stabletrain_trips") == 0
+    assert sample_value(families, "stabletrain_custom_signal", name="never_reported") is None
+    assert sample_value(families, "stabletrain_no_such_metric") is None
 
 
 def test_two_exporters_in_one_process_keep_separate_registries(source: DirectiveSource) -> None:
