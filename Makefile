@@ -40,7 +40,7 @@ unit: $(STAMP) ## the tests that need no cluster
 	$(PY) -m pytest -m "not integration and not e2e" $(PYTEST_ARGS)
 
 test: $(STAMP) k8s-bins lint ## everything CI runs: lint, unit, integration and end-to-end tests
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest --durations=15 $(PYTEST_ARGS)
 
 crds: $(STAMP) ## regenerate crds/, the chart's CRD copy and docs/api.md from the pydantic models
 	@echo "make crds: the API models arrive with the contracts issue; nothing to generate yet."
