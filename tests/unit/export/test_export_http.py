@@ -83,6 +83,7 @@ def _feed(exporter: AgentExporter, source: DirectiveSource) -> SignalMonitor:
                 lr=2e-4,
                 tokens_per_second=12_000.0,
                 custom={"val_loss": 2.5},
+                checkpoint_in_flight=False,
                 steps_since_start=step,
             )
         )
@@ -198,7 +199,15 @@ def test_status_shows_a_nan_loss_as_news_not_an_encoding_error(
 ) -> None:
     monitor = SignalMonitor(DetectionConfig(), trip_on=DEFAULT_TRIP_ON)
     monitor.observe(
-        StepObservation(step=0, loss=math.nan, grad_norm=math.inf, lr=1e-4, tokens_per_second=None)
+        StepObservation(
+            step=0,
+            loss=math.nan,
+            grad_norm=math.inf,
+            lr=1e-4,
+            tokens_per_second=None,
+            checkpoint_in_flight=False,
+            steps_since_start=0,
+        )
     )
     exporter.update(monitor.snapshot(), lr_scale=1.0, applied_generation=1)
     status = fetch_status(exporter.url)

@@ -28,9 +28,14 @@ from stabletrain_agent.signals.streak import Streak
 from stabletrain_agent.signals.throughput import ThroughputDetector, ThroughputReading
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StepObservation:
-    """What one finished optimizer step looked like, in values all ranks agree on."""
+    """What one finished optimizer step looked like, in values all ranks agree on.
+
+    Keyword-only, and the restart/save facts have no defaults: a forgotten
+    ``steps_since_start`` would read as "just restarted" forever and silence the
+    throughput detector.
+    """
 
     step: int
     """Global optimizer step just finished."""
@@ -44,10 +49,10 @@ class StepObservation:
     """Throughput of this step; None when the loop does not report token counts."""
     custom: Mapping[str, float] = field(default_factory=dict)
     """Named custom signals (validation loss, MoE aux loss, entropy, ...)."""
-    checkpoint_in_flight: bool = False
+    checkpoint_in_flight: bool
     """A save ran during this step, so a throughput dip is expected and not a fault."""
-    steps_since_start: int = 0
-    """Steps since this process (re)started; the first ones are slow while caches warm."""
+    steps_since_start: int
+    """Steps since this process (re)started, 0 on the first; those are slow while caches warm."""
 
 
 @dataclass(frozen=True)
