@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["support.fixtures"]
+pytest_plugins = ["support.fixtures", "support.localnode.fixtures"]
 
 _MARK_BY_DIRECTORY = {"integration": pytest.mark.integration, "e2e": pytest.mark.e2e}
 

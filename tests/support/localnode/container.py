@@ -1,0 +1,149 @@
+"""One run of one container: a process in the pod's sandbox with its own mount namespace.
+
+The process is started through nsenter (the pod's network and UTS namespaces), unshare (a
+fresh mount namespace) and container_init.py (the container's filesystem view), each of which
+execs the next, so the PID the node holds is the container's main process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import json
+import os
+import signal
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from support.localnode.api import Json
+from support.localnode.container_init import START_ERROR_EXIT_CODE
+from support.localnode.sandbox import PodSandbox
+from support.localnode.sweep import kill_marked
+from support.processes import ManagedProcess
+
+TERMINATION_MESSAGE_LIMIT = 4096
+"""The kubelet keeps the last 4 KiB of the file."""
+FALLBACK_LOG_LINES = 80
+FALLBACK_LOG_BYTES = 2048
+DEFAULT_TERMINATION_MESSAGE_PATH = "/dev/termination-log"
+INIT_SCRIPT = Path(__file__).with_name("container_init.py")
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True)
+class Mount:
+    source: Path
+    target: str
+    read_only: bool = False
+
+    def as_spec(self) -> Json:
+        return {"source": str(self.source), "target": self.target, "readOnly": self.read_only}
+
+
+@dataclass(frozen=True)
+class Exit:
+    exit_code: int
+    reason: str
+    message: str
+    started_at: str
+    finished_at: str
+    signal: int | None = None
+
+
+def _tail(path: Path, limit: int) -> bytes:
+    with contextlib.suppress(OSError), path.open("rb") as handle:
+        handle.seek(0, os.SEEK_END)
+        size = handle.tell()
+        handle.seek(max(0, size - limit))
+        return handle.read()
+    return b""
+
+
+class ContainerRun:
+    def __init__(
+        self,
+        container: Json,
+        run_dir: Path,
+        *,
+        log_path: Path,
+        sandbox: PodSandbox,
+        mounts: list[Mount],
+        env: dict[str, str],
+        argv: list[str],
+        marker: str,
+    ) -> None:
+        self.container = container
+        self.marker = marker
+        run_dir.mkdir(parents=True)
+        (run_dir / "rootfs").mkdir()
+        (run_dir / "tmp").mkdir(mode=0o1777)
+        self.termination_log = run_dir / "termination-log"
+        self.termination_log.touch(mode=0o666)
+        self.start_error = run_dir / "start-error"
+        self.log_path = log_path
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        message_path = container.get("terminationMessagePath") or DEFAULT_TERMINATION_MESSAGE_PATH
+        all_mounts = [
+            *mounts,
+            Mount(sandbox.hosts_file, "/etc/hosts"),
+            Mount(sandbox.hostname_file, "/etc/hostname"),
+            Mount(self.termination_log, message_path),
+        ]
+        spec = {
+            "rootfs": str(run_dir / "rootfs"),
+            "tmp": str(run_dir / "tmp"),
+            "mounts": [m.as_spec() for m in all_mounts],
+            "workingDir": container.get("workingDir") or "",
+            "argv": argv,
+            "startErrorPath": str(self.start_error),
+        }
+        spec_path = run_dir / "spec.json"
+        spec_path.write_text(json.dumps(spec, indent=1))
+        unshare = ["unshare", "--mount", "--propagation", "private", "--"]
+        init = [sys.executable, "-I", "-S", str(INIT_SCRIPT), str(spec_path)]
+        self.started_at = now()
+        self.process = ManagedProcess(
+            f"{container['name']}", [*sandbox.enter(), *unshare, *init], self.log_path, env=env
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def poll(self) -> Exit | None:
+        """The exit, once the main process is gone (its leftovers are killed then, too)."""
+        code = self.process.popen.poll()
+        if code is None:
+            return None
+        kill_marked(self.marker)
+        self.process.stop(grace=0)
+        finished = now()
+        if code < 0:
+            return Exit(128 - code, "Error", self._message(128 - code), self.started_at,
+                        finished, signal=-code)  # fmt: skip
+        start_error = _tail(self.start_error, TERMINATION_MESSAGE_LIMIT).decode(errors="replace")
+        if code == START_ERROR_EXIT_CODE and start_error:
+            return Exit(code, "StartError", start_error, self.started_at, finished)
+        reason = "Completed" if code == 0 else "Error"
+        return Exit(code, reason, self._message(code), self.started_at, finished)
+
+    def _message(self, exit_code: int) -> str:
+        message = _tail(self.termination_log, TERMINATION_MESSAGE_LIMIT)
+        policy = self.container.get("terminationMessagePolicy") or "File"
+        if not message and exit_code != 0 and policy == "FallbackToLogsOnError":
+            lines = _tail(self.log_path, FALLBACK_LOG_BYTES).splitlines()[-FALLBACK_LOG_LINES:]
+            message = b"\n".join(lines)
+        return message.decode(errors="replace")
+
+    def signal(self, signum: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signum)
+
+    def kill(self) -> None:
+        """SIGKILL to the group and to every process that carries the container's marker."""
+        self.signal(signal.SIGKILL)
+        kill_marked(self.marker)

@@ -1,0 +1,375 @@
+"""The life of one pod on a node, in a thread of its own, as the kubelet's pod worker does it.
+
+Sandbox and volumes first, then each container (restarted per restartPolicy with a doubling
+back-off), a status write whenever what the node knows changes, and on deletion: SIGTERM, the
+pod's grace period, SIGKILL, a last status, and the final delete with grace 0 that removes the
+object. Every process of the pod is started from this thread, so they all die with it even if
+the test run is killed (see support.processes).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import shutil
+import signal
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from support.localnode.api import ApiError, Json, RawApi, pod_path
+from support.localnode.container import ContainerRun, Mount, now
+from support.localnode.env import container_argv, container_env, expand
+from support.localnode.hosts import Endpoint
+from support.localnode.namespaces import MARKER_ENV
+from support.localnode.network import ClusterNetwork
+from support.localnode.sandbox import PodSandbox
+from support.localnode.sources import PodConfigError
+from support.localnode.status import ContainerView, pod_status
+from support.localnode.sweep import kill_marked
+from support.localnode.volumes import PodVolumes, Storage
+
+log = logging.getLogger(__name__)
+
+TICK_SECONDS = 0.1
+SYNC_SECONDS = 1.0
+CONFIG_RETRY_SECONDS = 1.0
+GONE_GRACE_SECONDS = 2.0
+"""A pod deleted behind the node's back (force delete) still gets a short SIGTERM window."""
+DEFAULT_GRACE_SECONDS = 30
+TERMINAL_PHASES = ("Succeeded", "Failed")
+
+
+@dataclass(frozen=True)
+class Backoff:
+    initial: float = 1.0
+    maximum: float = 10.0
+
+    def delay(self, restarts: int) -> float:
+        return float(min(self.maximum, self.initial * 2 ** max(0, restarts - 1)))
+
+
+@dataclass
+class NodeContext:
+    """What every pod worker of one node shares."""
+
+    api: RawApi
+    node_name: str
+    host_ip: str
+    network: ClusterNetwork
+    storage: Storage
+    marker: str
+    endpoints: Callable[[], tuple[int, Sequence[Endpoint]]]
+    base_env: dict[str, str]
+    backoff: Backoff = field(default_factory=Backoff)
+
+    @property
+    def pods_dir(self) -> Path:
+        return self.storage.node_dir / "pods"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.storage.node_dir / "logs"
+
+
+@dataclass
+class _Container:
+    spec: Json
+    view: ContainerView
+    run: ContainerRun | None = None
+    next_start: float = 0.0
+
+
+def _should_restart(policy: str, exit_code: int) -> bool:
+    return policy == "Always" or (policy == "OnFailure" and exit_code != 0)
+
+
+class PodWorker:
+    def __init__(self, context: NodeContext, pod: Json) -> None:
+        self.context = context
+        self.uid: str = pod["metadata"]["uid"]
+        self.name = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+        self.pod_dir = context.pods_dir / self.uid
+        self.marker = f"{context.marker}/{self.uid}/"
+        self._pod = pod
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._gone = self._lost = self._shutdown = False
+        self._sandbox: PodSandbox | None = None
+        self._volumes = PodVolumes(context.api, context.storage, self.pod_dir)
+        self._containers = [
+            _Container(c, ContainerView(c["name"], c.get("image", "")))
+            for c in pod["spec"]["containers"]
+        ]
+        self._finished = (pod.get("status") or {}).get("phase") in TERMINAL_PHASES
+        self._pod_ip = ""
+        self._start_time = now()
+        self._since: dict[str, tuple[str, str]] = {}
+        self._published: Json | None = None
+        self._hosts_version = -1
+        self._last_sync = 0.0
+        self.thread = threading.Thread(target=self._main, name=f"pod-{self.name}", daemon=True)
+
+    # -- signals from the node -----------------------------------------------------------
+    def start(self) -> None:
+        self.thread.start()
+
+    def offer(self, pod: Json) -> None:
+        with self._lock:
+            self._pod = pod
+        self._wake.set()
+
+    def _flag(self, name: str) -> None:
+        with self._lock:
+            setattr(self, name, True)
+        self._wake.set()
+
+    def gone(self) -> None:
+        """The pod object disappeared without the node finalizing it."""
+        self._flag("_gone")
+
+    def lose(self) -> None:
+        """The node died: processes vanish, nothing more reaches the API server."""
+        self._flag("_lost")
+
+    def shutdown(self) -> None:
+        """The local cluster stops: stop the processes, leave the object to the cluster."""
+        self._flag("_shutdown")
+
+    @property
+    def pod_ip(self) -> str:
+        return self._pod_ip
+
+    def log_path(self, container: str, run: int) -> Path:
+        """Output of one run; kept after the pod is gone, until the cluster stops."""
+        directory = f"{self.name.replace('/', '_')}_{self.uid}"
+        return self.context.logs_dir / directory / f"{container}-{run}.log"
+
+    # -- the loop ------------------------------------------------------------------------
+    def _main(self) -> None:
+        try:
+            self._run()
+        except Exception:
+            log.exception("pod worker %s failed", self.name)
+        finally:
+            self._teardown()
+
+    def _state(self) -> tuple[Json, bool, bool, bool]:
+        with self._lock:
+            return self._pod, self._gone, self._lost, self._shutdown
+
+    def _run(self) -> None:
+        while True:
+            pod, gone, lost, shutdown = self._state()
+            if lost:
+                return
+            if shutdown or gone:
+                self._stop_containers(GONE_GRACE_SECONDS)
+                return
+            if pod["metadata"].get("deletionTimestamp"):
+                self._terminate(pod)
+                return
+            if not self._finished:
+                self._step(pod)
+            self._wake.wait(TICK_SECONDS)
+            self._wake.clear()
+
+    def _step(self, pod: Json) -> None:
+        if self._sandbox is None and not self._create_sandbox(pod):
+            self._publish(pod)
+            return
+        policy = pod["spec"].get("restartPolicy") or "Always"
+        moment = time.monotonic()
+        for container in self._containers:
+            if container.run is not None:
+                self._collect_exit(container, policy, moment)
+            elif not container.view.finished and moment >= container.next_start:
+                self._start(container, pod)
+        if moment - self._last_sync >= SYNC_SECONDS:
+            self._last_sync = moment
+            self._sync_volumes(pod)
+        self._sync_hosts(pod)
+        if all(c.view.finished for c in self._containers):
+            self._finished = True
+            self._stop_sandbox()
+        self._publish(pod)
+
+    def _create_sandbox(self, pod: Json) -> bool:
+        try:
+            self._volumes.prepare(pod)
+        except PodConfigError as error:
+            for container in self._containers:
+                container.view.waiting_message = f"MountVolume.SetUp failed: {error}"
+            return False
+        port = f"p{self.uid.replace('-', '')[:12]}"
+        self._sandbox = PodSandbox(pod, self.pod_dir, self.context.network, port, self.marker)
+        self._pod_ip = self._sandbox.ip
+        self._start_time = now()
+        for container in self._containers:
+            container.view.waiting_message = ""
+        return True
+
+    def _collect_exit(self, container: _Container, policy: str, moment: float) -> None:
+        assert container.run is not None
+        exit_ = container.run.poll()
+        if exit_ is None:
+            return
+        container.run = None
+        view = container.view
+        view.running_since = None
+        view.exits.append(exit_)
+        view.restarts_pending = _should_restart(policy, exit_.exit_code)
+        if view.restarts_pending:
+            view.waiting_reason = "CrashLoopBackOff"
+            delay = self.context.backoff.delay(view.runs)
+            view.waiting_message = f"back-off {delay:g}s restarting failed container"
+            container.next_start = moment + delay
+
+    def _pod_as_started(self, pod: Json) -> Json:
+        """The pod with the fields the node assigns, for the downward API."""
+        seen = copy.deepcopy(pod)
+        status = seen.setdefault("status", {})
+        status["podIP"], status["podIPs"] = self._pod_ip, [{"ip": self._pod_ip}]
+        status["hostIP"] = self.context.host_ip
+        status["hostIPs"] = [{"ip": self.context.host_ip}]
+        return seen
+
+    def _start(self, container: _Container, pod: Json) -> None:
+        assert self._sandbox is not None
+        view = container.view
+        try:
+            defaults = {**self.context.base_env, "HOSTNAME": self._sandbox.hostname}
+            env = container_env(
+                self.context.api, self._pod_as_started(pod), container.spec, defaults
+            )
+            argv = container_argv(container.spec, env)
+            mounts = self._mounts(container.spec, env)
+        except PodConfigError as error:
+            view.waiting_reason, view.waiting_message = "CreateContainerConfigError", str(error)
+            container.next_start = time.monotonic() + CONFIG_RETRY_SECONDS
+            return
+        marker = f"{self.marker}{view.name}/{view.runs}/"
+        env[MARKER_ENV] = marker
+        run_dir = self.pod_dir / "containers" / view.name / str(view.runs)
+        container.run = ContainerRun(
+            container.spec, run_dir, log_path=self.log_path(view.name, view.runs),
+            sandbox=self._sandbox, mounts=mounts, env=env, argv=argv, marker=marker,
+        )  # fmt: skip
+        view.runs += 1
+        view.running_since = now()
+        view.container_id = f"localnode://{container.run.pid}"
+        view.restarts_pending = False
+        view.waiting_message = ""
+
+    def _mounts(self, spec: Json, env: dict[str, str]) -> list[Mount]:
+        mounts = []
+        for volume_mount in spec.get("volumeMounts") or []:
+            source = self._volumes.paths.get(volume_mount["name"])
+            if source is None:
+                raise PodConfigError(f'volumeMount "{volume_mount["name"]}" names no volume')
+            sub_path = volume_mount.get("subPath") or expand(
+                volume_mount.get("subPathExpr") or "", env
+            )
+            if sub_path:
+                if sub_path.startswith("/") or ".." in Path(sub_path).parts:
+                    raise PodConfigError(f"subPath {sub_path!r} must be relative, without '..'")
+                source = source / sub_path
+                if not source.exists():
+                    source.mkdir(parents=True)
+            mounts.append(
+                Mount(source, volume_mount["mountPath"], bool(volume_mount.get("readOnly")))
+            )
+        return mounts
+
+    def _sync_volumes(self, pod: Json) -> None:
+        try:
+            self._volumes.sync(pod)
+        except (PodConfigError, ApiError) as error:
+            log.warning("pod %s: volume sync failed, keeping the old content: %s", self.name, error)
+
+    def _sync_hosts(self, pod: Json) -> None:
+        version, endpoints = self.context.endpoints()
+        if self._sandbox is not None and version != self._hosts_version:
+            self._sandbox.update_hosts(pod, endpoints)
+            self._hosts_version = version
+
+    # -- stopping ------------------------------------------------------------------------
+    def _stop_containers(self, grace: float) -> None:
+        """SIGTERM every running container, SIGKILL what is left after the grace period."""
+        running = [c for c in self._containers if c.run is not None]
+        for container in running:
+            assert container.run is not None
+            container.run.signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while any(c.run is not None for c in running) and time.monotonic() < deadline:
+            if self._state()[2]:
+                return
+            for container in running:
+                self._collect_exit(container, "Never", time.monotonic())
+            time.sleep(0.05)
+        for container in running:
+            if container.run is not None:
+                container.run.kill()
+                container.run.process.popen.wait(timeout=10)
+                self._collect_exit(container, "Never", time.monotonic())
+        for container in self._containers:
+            container.view.restarts_pending = False
+
+    def _terminate(self, pod: Json) -> None:
+        grace = pod["metadata"].get("deletionGracePeriodSeconds")
+        self._stop_containers(float(DEFAULT_GRACE_SECONDS if grace is None else grace))
+        if self._state()[2]:
+            return
+        self._finished = True
+        self._stop_sandbox()
+        self._publish(pod)
+        body = {"gracePeriodSeconds": 0, "preconditions": {"uid": self.uid}}
+        try:
+            self.context.api.delete(pod_path(*self.name.split("/")), body)
+        except ApiError as error:
+            if error.status != 409:  # 409: a newer pod of the same name; not ours to delete
+                raise
+
+    def _stop_sandbox(self) -> None:
+        if self._sandbox is not None:
+            self._sandbox.stop()
+            self._sandbox = None
+
+    def _publish(self, pod: Json) -> None:
+        if self._state()[2]:
+            return
+        status = pod_status(
+            [c.view for c in self._containers], self._pod_ip, self.context.host_ip,
+            self._start_time, now(), since=self._since,
+        )  # fmt: skip
+        if status == self._published:
+            return
+        body = {"metadata": {"uid": self.uid}, "status": status}
+        try:
+            self.context.api.request(
+                "PATCH",
+                pod_path(*self.name.split("/")) + "/status",
+                body,
+                content_type="application/strategic-merge-patch+json",
+            )
+            self._published = status
+        except ApiError as error:
+            if error.status == 404:
+                self.gone()
+            else:
+                log.warning("pod %s: status update failed, will retry: %s", self.name, error)
+
+    def _teardown(self) -> None:
+        for container in self._containers:
+            if container.run is not None:
+                container.run.kill()
+                container.run.process.stop(grace=0)
+        kill_marked(self.marker)
+        self._stop_sandbox()
+        self._volumes.remove_pod_local()
+        shutil.rmtree(self.pod_dir, ignore_errors=True)
+
+    def join(self, timeout: float) -> None:
+        self.thread.join(timeout)

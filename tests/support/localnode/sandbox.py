@@ -1,0 +1,57 @@
+"""A pod sandbox: network and UTS namespaces held by a pause process, with the pod's IP.
+
+As with a kubelet's sandbox, the namespaces outlive each container (a restarted container gets
+the same IP and hostname) and die with the pod. Containers join them with nsenter and then
+each get a mount namespace of their own (see container_init.py).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Sequence
+from pathlib import Path
+
+from support.localnode.api import Json
+from support.localnode.hosts import Endpoint, hosts_text, pod_hostname, write_in_place
+from support.localnode.namespaces import NamespaceHolder
+from support.localnode.network import ClusterNetwork
+
+
+class PodSandbox:
+    def __init__(
+        self, pod: Json, pod_dir: Path, network: ClusterNetwork, port: str, marker: str
+    ) -> None:
+        self.hostname = pod_hostname(pod)
+        self.hosts_file = pod_dir / "etc-hosts"
+        self.hostname_file = pod_dir / "etc-hostname"
+        self._network = network
+        self.address: ipaddress.IPv4Address | None = None
+        self.holder = NamespaceHolder(
+            f"sandbox-{pod['metadata']['name']}", ["net", "uts"], pod_dir / "sandbox.log", marker
+        )
+        try:
+            self.holder.run("hostname", self.hostname, kinds=("uts",))
+            self.address = network.allocate()
+            network.attach(self.holder, self.address, port)
+            self.hostname_file.write_text(self.hostname + "\n")
+            self.update_hosts(pod, [])
+        except BaseException:
+            self.stop()
+            raise
+
+    @property
+    def ip(self) -> str:
+        return str(self.address)
+
+    def update_hosts(self, pod: Json, endpoints: Sequence[Endpoint]) -> None:
+        write_in_place(self.hosts_file, hosts_text(pod, self.ip, endpoints))
+
+    def enter(self) -> list[str]:
+        """argv prefix joining this pod's network and UTS namespaces."""
+        return self.holder.enter("net", "uts")
+
+    def stop(self) -> None:
+        self.holder.stop()
+        if self.address is not None:
+            self._network.release(self.address)
+            self.address = None
