@@ -8,6 +8,8 @@ Attribute docstrings become the field descriptions of the CRD and of docs/api.md
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic.alias_generators import to_camel
 
@@ -25,6 +27,22 @@ class ContractModel(BaseModel):
         ser_json_inf_nan="strings",
         use_attribute_docstrings=True,
     )
+
+
+def kubernetes_rules(*rules: tuple[str, str, str]) -> dict[str, Any]:
+    """CEL rules `(rule, message, fieldPath)` for the CRD that embeds a model.
+
+    They repeat a model validator in the API server's language, so a manifest is refused at
+    `kubectl apply` with the field named instead of later by the operator. An empty
+    fieldPath means the object the rule sits on.
+    """
+    entries = []
+    for rule, message, path in rules:
+        entry = {"rule": rule, "message": message}
+        if path:
+            entry["fieldPath"] = path
+        entries.append(entry)
+    return {"x-kubernetes-validations": entries}
 
 
 class ContractError(ValueError):

@@ -21,9 +21,9 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Self
 
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
-from stabletrain_agent.contract.base import ContractModel
+from stabletrain_agent.contract.base import ContractModel, kubernetes_rules
 from stabletrain_agent.contract.names import CUSTOM_NAME_PATTERN, AnomalyClass, custom_signal
 
 PositiveRatio = Annotated[float, Field(gt=1.0, le=1000.0, allow_inf_nan=False)]
@@ -58,6 +58,17 @@ class BaselineConfig(ContractModel):
 
 class SpikeConfig(ContractModel):
     """Upward spikes of one series against its baseline; either rule marks a step anomalous."""
+
+    model_config = ConfigDict(
+        json_schema_extra=kubernetes_rules(
+            (
+                "(has(self.ratio) && type(self.ratio) == double)"
+                " || (has(self.zscore) && type(self.zscore) == double)",
+                "set ratio, zscore or both",
+                "",
+            )
+        )
+    )
 
     ratio: PositiveRatio | None = 1.6
     """Anomalous when value / EMA baseline >= ratio; null disables the ratio rule."""
@@ -140,9 +151,19 @@ class ThresholdKind(StrEnum):
 class CustomSignalConfig(ContractModel):
     """A user-named series the training loop reports (validation loss, entropy, reward, ...)."""
 
-    name: str = Field(pattern=f"^{CUSTOM_NAME_PATTERN}$")
+    model_config = ConfigDict(
+        json_schema_extra=kubernetes_rules(
+            (
+                "self.kind != 'RelativeJump' || self.threshold > 1.0",
+                "threshold of a RelativeJump signal is a ratio over the baseline and must exceed 1",
+                ".threshold",
+            )
+        )
+    )
+
+    name: str = Field(pattern=f"^{CUSTOM_NAME_PATTERN}$", max_length=63)
     """Rules and directives refer to it as `custom:<name>`."""
-    metric: str | None = Field(default=None, pattern=f"^{CUSTOM_NAME_PATTERN}$")
+    metric: str | None = Field(default=None, pattern=f"^{CUSTOM_NAME_PATTERN}$", max_length=63)
     """Key the loop reports the value under; null means the same as `name`. Two signals may
     watch one metric (e.g. a hard and a soft bound)."""
     kind: ThresholdKind
@@ -189,7 +210,11 @@ class DetectionConfig(ContractModel):
     """No step progress for this long raises Stalled (observed by the operator). Above
     PyTorch's default 10-minute collective timeout, so a hung collective surfaces first as
     a crashed worker with a clear error."""
-    custom: tuple[CustomSignalConfig, ...] = Field(default=(), max_length=32)
+    custom: tuple[CustomSignalConfig, ...] = Field(
+        default=(),
+        max_length=16,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
 
     @model_validator(mode="after")
     def _custom_names_unique(self) -> Self:

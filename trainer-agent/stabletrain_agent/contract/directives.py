@@ -11,9 +11,14 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Self
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from stabletrain_agent.contract.base import ContractError, ContractModel, describe_errors
+from stabletrain_agent.contract.base import (
+    ContractError,
+    ContractModel,
+    describe_errors,
+    kubernetes_rules,
+)
 from stabletrain_agent.contract.detection import DetectionConfig
 from stabletrain_agent.contract.names import (
     AGENT_SIGNALS,
@@ -35,6 +40,12 @@ class SkipUnit(StrEnum):
 
 class SkipRange(ContractModel):
     """A contiguous stretch of training data never to be consumed again."""
+
+    model_config = ConfigDict(
+        json_schema_extra=kubernetes_rules(
+            ("self.last >= self.first", "a skip range must not end before it starts", ".last")
+        )
+    )
 
     first: int = Field(ge=0)
     last: int = Field(ge=0)

@@ -1,0 +1,104 @@
+"""Every name the operator writes into the cluster: API identity, phases, conditions, reasons.
+
+One module so that Events, conditions, metrics labels and docs cannot drift apart. Actions,
+signals and attribution classes come from the agent's contract, re-exported here.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from stabletrain_agent.contract.names import Action, AnomalyClass, Signal
+
+GROUP = "stabletrain.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "StableTrainingJob"
+LIST_KIND = "StableTrainingJobList"
+PLURAL = "stabletrainingjobs"
+SINGULAR = "stabletrainingjob"
+SHORT_NAMES = ("stj",)
+CATEGORIES = ("stabletrain", "all")
+"""`kubectl get stabletrain` lists every stabletrain resource; `all` includes jobs in it."""
+CRD_NAME = f"{PLURAL}.{GROUP}"
+
+__all__ = [
+    "API_VERSION",
+    "CATEGORIES",
+    "CRD_NAME",
+    "GROUP",
+    "KIND",
+    "LIST_KIND",
+    "PLURAL",
+    "SHORT_NAMES",
+    "SINGULAR",
+    "VERSION",
+    "Action",
+    "AnomalyClass",
+    "ConditionType",
+    "Phase",
+    "Reason",
+    "Signal",
+]
+
+
+class Phase(StrEnum):
+    """Where the job is; the rollback state machine's steps are phases so they survive restarts."""
+
+    PENDING = "Pending"
+    """Accepted, pods not created yet."""
+    RUNNING = "Running"
+    STOPPING = "Stopping"
+    """An action needs all pods gone (Rollback, RestartFromLatest, Fail, suspend)."""
+    PLANNING = "Planning"
+    """All pods gone; choosing the checkpoint, LR scale and skip ranges (status.plan)."""
+    RELAUNCHING = "Relaunching"
+    """Directives and pods of the next attempt are being created."""
+    CONFIRMING = "Confirming"
+    """Relaunched; waiting for the run to pass the onset step without the signal firing."""
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    SUSPENDED = "Suspended"
+
+
+class ConditionType(StrEnum):
+    """Condition types in status.conditions (metav1.Condition shape)."""
+
+    READY = "Ready"
+    """All worker pods of the current attempt run and report steps."""
+    HEALTHY = "Healthy"
+    """No signal fires; False while an anomaly is being handled or only alerted."""
+    RECOVERING = "Recovering"
+    """An action (rollback, restart) is in flight."""
+    BUDGET_EXHAUSTED = "BudgetExhausted"
+    SUSPENDED = "Suspended"
+    COMPLETE = "Complete"
+    FAILED = "Failed"
+
+
+class Reason(StrEnum):
+    """CamelCase reasons of conditions and Events."""
+
+    CREATED = "Created"
+    PODS_RUNNING = "PodsRunning"
+    PODS_NOT_READY = "PodsNotReady"
+    NO_SIGNAL = "NoSignal"
+    SIGNAL_FIRING = "SignalFiring"
+    TRIPPED = "Tripped"
+    ROLLBACK_STARTED = "RollbackStarted"
+    ROLLBACK_CONFIRMED = "RollbackConfirmed"
+    RESTART_STARTED = "RestartStarted"
+    LR_REDUCED = "LRReduced"
+    ALERTED = "Alerted"
+    ESCALATED = "Escalated"
+    NO_CHECKPOINT = "NoUsableCheckpoint"
+    """No stable checkpoint complete on both tiers precedes the onset."""
+    ROLLBACK_BUDGET_EXHAUSTED = "RollbackBudgetExhausted"
+    RESTART_BUDGET_EXHAUSTED = "RestartBudgetExhausted"
+    FAILED_BY_POLICY = "FailedByPolicy"
+    MANUAL_ROLLBACK = "ManualRollback"
+    SUSPENDED = "Suspended"
+    RESUMED = "Resumed"
+    TRAINING_COMPLETE = "TrainingComplete"
+    INVALID_TRIP_REPORT = "InvalidTripReport"
+    NO_MATCHING_RULE = "NoMatchingRule"

@@ -1,0 +1,362 @@
+"""spec of a StableTrainingJob: the torchrun workers, the checkpoint tiers, the policy.
+
+Rules that span fields are CEL rules with a fieldPath, so the API server's error names the
+field a person has to fix; the same rules are enforced by pydantic validators for objects
+the operator builds itself.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Self
+
+from pydantic import AfterValidator, ConfigDict, Field, WithJsonSchema, model_validator
+
+from stabletrain_agent.contract.base import kubernetes_rules
+from stabletrain_agent.contract.detection import DetectionConfig
+from stabletrain_agent.contract.directives import SkipRange
+from stabletrain_agent.contract.names import (
+    CUSTOM_SIGNAL_PREFIX,
+    SIGNAL_PATTERN,
+    Action,
+    AnomalyClass,
+    Signal,
+)
+from stabletrain_operator.api.base import PRESERVE_UNKNOWN, ApiModel
+
+QUANTITY_PATTERN = (
+    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
+    r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
+"""Kubernetes resource.Quantity syntax (e.g. 500Gi, 2T, 1e12)."""
+NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+"""DNS-1123 label: rule names show up in Events, metrics labels and condition messages."""
+
+
+def _quantity(value: int | str) -> int | str:
+    if isinstance(value, str) and not re.fullmatch(QUANTITY_PATTERN, value):
+        raise ValueError(f"{value!r} is not a Kubernetes quantity such as 500Gi")
+    if isinstance(value, int) and value < 0:
+        raise ValueError(f"a size cannot be negative, got {value}")
+    return value
+
+
+Quantity = Annotated[
+    int | str,
+    AfterValidator(_quantity),
+    WithJsonSchema(
+        {
+            "anyOf": [{"type": "integer"}, {"type": "string"}],
+            "x-kubernetes-int-or-string": True,
+            "pattern": QUANTITY_PATTERN,
+            "minimum": 0,
+        }
+    ),
+]
+SignalName = Annotated[str, Field(pattern=SIGNAL_PATTERN, max_length=70)]
+Ratio = Annotated[float, Field(gt=0.0, lt=1.0, allow_inf_nan=False)]
+"""A factor that must shrink the LR: 0 < x < 1."""
+Floor = Annotated[float, Field(gt=0.0, le=1.0, allow_inf_nan=False)]
+
+
+POD_TEMPLATE: dict[str, Any] = {
+    **PRESERVE_UNKNOWN,
+    "required": ["spec"],
+    "properties": {
+        "metadata": PRESERVE_UNKNOWN,
+        "spec": {
+            **PRESERVE_UNKNOWN,
+            "required": ["containers"],
+            "properties": {
+                "containers": {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": PRESERVE_UNKNOWN,
+                }
+            },
+        },
+    },
+}
+"""A pod template kept open (unknown fields preserved) except for what torchrun needs: a
+spec with at least one container, so a template without one is refused at apply time."""
+
+
+class RendezvousSpec(ApiModel):
+    """torchrun's rendezvous: how the pods of one attempt find each other."""
+
+    backend: str = Field(default="c10d", pattern="^(c10d|static)$")
+    """c10d (torchrun's default, the master is node rank 0's pod) or static."""
+    port: int = Field(default=29400, ge=1024, le=65535)
+    timeout_seconds: int = Field(default=900, ge=10, le=86_400)
+    """How long the pods of an attempt may take to join before the attempt fails."""
+
+
+class WorkersSpec(ApiModel):
+    """The torchrun pods: one pod per node, `processesPerNode` ranks in each."""
+
+    nodes: int = Field(default=1, ge=1, le=10_000)
+    processes_per_node: int = Field(default=1, ge=1, le=1024)
+    template: dict[str, Any] = Field(json_schema_extra=POD_TEMPLATE)
+    """A core/v1 PodTemplateSpec, passed through unchanged (unknown fields kept). The
+    operator adds the torchrun command's environment, the tier volumes and the agent's env."""
+    container_name: str | None = Field(default=None, max_length=63)
+    """Container that runs torchrun; null means the first container."""
+    rendezvous: RendezvousSpec = Field(default_factory=RendezvousSpec)
+
+    @model_validator(mode="after")
+    def _template_has_containers(self) -> Self:
+        spec = self.template.get("spec")
+        containers = spec.get("containers") if isinstance(spec, dict) else None
+        if not isinstance(containers, list) or not containers:
+            raise ValueError(
+                "template must be a pod template with at least one container in spec.containers"
+            )
+        return self
+
+
+class LocalTierSpec(ApiModel):
+    """Node-local tier (NVMe): fast saves and loads, lost with the node."""
+
+    model_config = ConfigDict(
+        json_schema_extra=kubernetes_rules(
+            (
+                "has(self.hostPath) != has(self.volume)",
+                "set exactly one of hostPath or volume",
+                "",
+            )
+        )
+    )
+
+    host_path: str | None = Field(default=None, pattern="^/.*", max_length=4096)
+    """Directory on the node, mounted as a hostPath volume (type DirectoryOrCreate)."""
+    volume: dict[str, Any] | None = Field(default=None, json_schema_extra=PRESERVE_UNKNOWN)
+    """Any core/v1 volume source instead (e.g. an ephemeral or local PersistentVolume claim)."""
+    retention: int = Field(default=3, ge=2, le=1000)
+    """Checkpoints kept on each node; at least 2 so the rollback target survives a new save."""
+    size_limit: Quantity | None = None
+    """Budget on the tier: the agent keeps fewer checkpoints (never below 2) rather than fill it."""
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Self:
+        if (self.host_path is None) == (self.volume is None):
+            raise ValueError("set exactly one of hostPath or volume")
+        return self
+
+
+class PfsTierSpec(ApiModel):
+    """Shared tier: a ReadWriteMany claim every pod mounts; survives nodes, slower."""
+
+    claim_name: str = Field(pattern=NAME_PATTERN.replace("{0,61}", "{0,251}"), max_length=253)
+    sub_path: str = Field(default="", max_length=4096, pattern=r"^([^/].*)?$")
+    """Directory inside the claim for this job (relative); empty means the claim's root."""
+    retention: int = Field(default=3, ge=2, le=1000)
+
+
+class CheckpointsSpec(ApiModel):
+    """Where and how often to save; what is kept."""
+
+    local: LocalTierSpec
+    pfs: PfsTierSpec
+    interval_steps: int = Field(default=500, ge=1, le=10_000_000)
+    """Save every N optimizer steps to the local tier; the copy to the PFS is asynchronous."""
+    spike_markers: int = Field(default=2, ge=0, le=3)
+    """Checkpoints from inside a spike kept as evidence (never resumed from); at most 3
+    because each costs as much storage as a real checkpoint."""
+
+
+class RollbackParams(ApiModel):
+    """How a Rollback rewinds the run."""
+
+    lr_factor: Ratio = 0.5
+    """The LR scale is multiplied by this on each rollback (OPT-175B and BLOOM cut the LR)."""
+    lr_floor: Floor = 0.05
+    """The LR scale never drops below this; further rollbacks keep the floor."""
+    min_steps_before_onset: int = Field(default=100, ge=0, le=1_000_000)
+    """The target checkpoint must be at least this many steps before the onset (PaLM
+    restarted about 100 steps before a spike: instability starts before it shows)."""
+    skip_steps_before_onset: int = Field(default=50, ge=0, le=1_000_000)
+    skip_steps_after_onset: int = Field(default=250, ge=0, le=1_000_000)
+    """Data skipped is [onset - before, onset + after] in steps: 300 by default, inside the
+    200-500 batches PaLM skipped."""
+    rewarmup_steps: int = Field(default=100, ge=0, le=1_000_000)
+    """After resuming, the LR ramps linearly from 0 to the new scale over this many steps."""
+
+
+class ReduceLRParams(ApiModel):
+    """How a live ReduceLR changes the running pods."""
+
+    lr_factor: Ratio = 0.5
+    lr_floor: Floor = 0.05
+
+
+class RecoveryRule(ApiModel):
+    """One rule: first matching rule in order wins, as in jobset's failure policy."""
+
+    model_config = ConfigDict(
+        json_schema_extra=kubernetes_rules(
+            (
+                "!has(self.rollback) || self.action == 'Rollback'",
+                "rollback parameters are only allowed on a rule whose action is Rollback",
+                ".rollback",
+            ),
+            (
+                "!has(self.reduceLR) || self.action == 'ReduceLR'",
+                "reduceLR parameters are only allowed on a rule whose action is ReduceLR",
+                ".reduceLR",
+            ),
+        )
+    )
+
+    name: str = Field(pattern=NAME_PATTERN, max_length=63)
+    on_signals: tuple[SignalName, ...] = Field(min_length=1, max_length=16)
+    """Matches when the signal that tripped (or fires, for report-only signals) is one of these."""
+    on_classes: tuple[AnomalyClass, ...] = Field(default=(), max_length=5)
+    """And, if set, its attribution class is one of these."""
+    while_firing: tuple[SignalName, ...] = Field(default=(), max_length=8)
+    """And, if set, every one of these signals fires at the same step: compound conditions
+    such as `custom:entropy_low` while `custom:reward_jump` (reward hacking)."""
+    action: Action
+    rollback: RollbackParams | None = None
+    """Only for Rollback; absent means the defaults below."""
+    reduce_lr: ReduceLRParams | None = Field(default=None, alias="reduceLR")
+    """Only for ReduceLR; absent means the defaults below."""
+
+    @model_validator(mode="after")
+    def _params_match_action(self) -> Self:
+        if self.rollback is not None and self.action is not Action.ROLLBACK:
+            raise ValueError(
+                "rollback parameters are only allowed on a rule whose action is Rollback"
+            )
+        if self.reduce_lr is not None and self.action is not Action.REDUCE_LR:
+            raise ValueError(
+                "reduceLR parameters are only allowed on a rule whose action is ReduceLR"
+            )
+        return self
+
+    def rollback_params(self) -> RollbackParams:
+        return self.rollback or RollbackParams()
+
+    def reduce_lr_params(self) -> ReduceLRParams:
+        return self.reduce_lr or ReduceLRParams()
+
+
+def default_rules() -> tuple[RecoveryRule, ...]:
+    """The default policy, documented with its evidence in docs/api.md.
+
+    Numerical faults and sustained loss spikes roll back (what the OPT-175B, BLOOM and PaLM
+    teams did by hand); crashed or stalled workers restart from the latest checkpoint with
+    nothing else changed (the fault is not the model's); grad-norm spikes and throughput
+    drops are reported, because on their own they are usually harmless.
+    """
+    return (
+        RecoveryRule(name="non-finite", on_signals=(Signal.NON_FINITE,), action=Action.ROLLBACK),
+        RecoveryRule(name="loss-spike", on_signals=(Signal.LOSS_SPIKE,), action=Action.ROLLBACK),
+        RecoveryRule(
+            name="infrastructure",
+            on_signals=(Signal.WORKER_FAILURE, Signal.STALLED),
+            action=Action.RESTART_FROM_LATEST,
+        ),
+        RecoveryRule(
+            name="report-only",
+            on_signals=(Signal.GRAD_NORM_SPIKE, Signal.THROUGHPUT_DROP),
+            action=Action.ALERT,
+        ),
+    )
+
+
+class EscalationSpec(ApiModel):
+    """What happens when a spike recurs near the same step after a rollback."""
+
+    within_steps: int = Field(default=1000, ge=0, le=10_000_000)
+    """A new onset within this many steps of an earlier rollback's onset is a recurrence."""
+    max_recurrences: int = Field(default=2, ge=0, le=100)
+    """Recurrences handled by a harder rollback (an older checkpoint, the LR factor applied
+    again, the skip range doubled) before the final action."""
+    final_action: Action = Action.FAIL
+    """Fail (default) or Alert (keep the run going without further automatic changes)."""
+
+
+class BudgetsSpec(ApiModel):
+    """Caps on automatic actions; numerical and infrastructure faults are counted apart so a
+    flaky node cannot use up the rollbacks a real divergence needs."""
+
+    max_rollbacks: int = Field(default=5, ge=0, le=1000)
+    """Rollbacks (automatic and manual) before the job fails with RollbackBudgetExhausted."""
+    max_restarts: int = Field(default=10, ge=0, le=1000)
+    """RestartFromLatest actions before the job fails with RestartBudgetExhausted."""
+    cooldown_seconds: int = Field(default=300, ge=0, le=86_400)
+    """Minimum time between two live actions (ReduceLR, Alert) of the same rule, so a signal
+    that keeps firing while a change takes effect does not halve the LR every scrape."""
+
+
+class RecoverySpec(ApiModel):
+    """The policy: ordered rules, budgets, escalation."""
+
+    rules: tuple[RecoveryRule, ...] = Field(
+        default_factory=default_rules,
+        max_length=32,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
+    """Evaluated in order, first match wins; a signal no rule matches is only recorded.
+    Setting this list replaces the whole default policy."""
+    budgets: BudgetsSpec = Field(default_factory=BudgetsSpec)
+    escalation: EscalationSpec = Field(default_factory=EscalationSpec)
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> Self:
+        names = [rule.name for rule in self.rules]
+        duplicates = sorted({name for name in names if names.count(name) > 1})
+        if duplicates:
+            raise ValueError(f"rule names must be unique, repeated: {', '.join(duplicates)}")
+        return self
+
+
+class ManualRollbackSpec(ApiModel):
+    """A person's rollback request; runs once per requestId (status.lastManualRequestId)."""
+
+    request_id: str = Field(min_length=1, max_length=63, pattern=NAME_PATTERN)
+    to_step: int | None = Field(default=None, ge=0)
+    """Newest stable checkpoint at or before this step; null means the newest stable one."""
+    lr_factor: Ratio | None = None
+    """Multiply the LR scale by this; null keeps it."""
+    skip: tuple[SkipRange, ...] = Field(default=(), max_length=64)
+    """Data to skip in addition to the active ranges."""
+    reason: str = Field(default="", max_length=256)
+    """Free text recorded in the rollback history and the Event."""
+
+
+class StableTrainingJobSpec(ApiModel):
+    """A torchrun job and the policy that heals it."""
+
+    model_config = ConfigDict(
+        json_schema_extra=kubernetes_rules(
+            (
+                "self.recovery.rules.all(r, r.onSignals.all(s, !s.startsWith('custom:')"
+                " || self.detection.custom.exists(c, 'custom:' + c.name == s))"
+                " && (!has(r.whileFiring) || r.whileFiring.all(s, !s.startsWith('custom:')"
+                " || self.detection.custom.exists(c, 'custom:' + c.name == s))))",
+                "rules may only name custom signals that detection.custom defines",
+                ".recovery.rules",
+            ),
+        )
+    )
+
+    workers: WorkersSpec
+    checkpoints: CheckpointsSpec
+    detection: DetectionConfig = Field(default_factory=DetectionConfig)
+    recovery: RecoverySpec = Field(default_factory=RecoverySpec)
+    suspend: bool = False
+    """True stops all pods (after a final checkpoint save request) without counting a fault;
+    false again relaunches from the newest stable checkpoint."""
+    manual_rollback: ManualRollbackSpec | None = None
+
+    @model_validator(mode="after")
+    def _custom_signals_defined(self) -> Self:
+        defined = self.detection.custom_signal_names()
+        for rule in self.recovery.rules:
+            for signal in (*rule.on_signals, *rule.while_firing):
+                if signal.startswith(CUSTOM_SIGNAL_PREFIX) and signal not in defined:
+                    raise ValueError(
+                        f"rule {rule.name} names {signal}, which detection.custom does not define"
+                    )
+        return self

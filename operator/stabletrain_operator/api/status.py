@@ -1,0 +1,145 @@
+"""status of a StableTrainingJob: level-based conditions, live numbers, the rollback state.
+
+Every field the operator writes is declared here: a structural schema silently prunes
+undeclared fields, and the rollback state machine must find its plan again after an
+operator restart. Lists are bounded so the object stays far below etcd's size limit;
+long skip lists spill into a ConfigMap whose name is recorded.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import AwareDatetime, Field
+
+from stabletrain_agent.contract.directives import SkipRange
+from stabletrain_agent.contract.inventory import CheckpointRecord
+from stabletrain_agent.contract.names import Action, AnomalyClass
+from stabletrain_agent.contract.trip import TripReport
+from stabletrain_operator.api.base import ApiModel
+from stabletrain_operator.api.constants import Phase
+
+HISTORY_MAX = 20
+"""Rollback history entries kept in status; older ones live in Events and metrics."""
+SKIP_RANGES_INLINE_MAX = 64
+"""Skip ranges kept inline; beyond this the full list moves to a ConfigMap."""
+INVENTORY_MAX = 64
+
+
+class Condition(ApiModel):
+    """metav1.Condition: one aspect of the job's state, keyed by type."""
+
+    type: str = Field(
+        pattern=r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$",
+        max_length=316,
+    )
+    status: str = Field(pattern="^(True|False|Unknown)$")
+    observed_generation: int | None = Field(default=None, ge=0)
+    """metadata.generation of the spec this condition was computed from."""
+    last_transition_time: datetime
+    """When status last flipped; unchanged while only reason or message change."""
+    reason: str = Field(pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$", max_length=1024)
+    message: str = Field(default="", max_length=32_768)
+
+
+class Counters(ApiModel):
+    """Totals since the job was created; never reset."""
+
+    rollbacks: int = Field(default=0, ge=0)
+    """Automatic and manual rollbacks; compared against budgets.maxRollbacks."""
+    restarts: int = Field(default=0, ge=0)
+    """RestartFromLatest actions; compared against budgets.maxRestarts."""
+    lr_reductions: int = Field(default=0, ge=0)
+    alerts: int = Field(default=0, ge=0)
+    trips: int = Field(default=0, ge=0)
+    """Trip reports received (including those that led to no action)."""
+
+
+class RollbackRecord(ApiModel):
+    """One rollback (or restart) as it happened: the audit trail of the policy."""
+
+    time: AwareDatetime
+    action: Action
+    rule: str = Field(default="", max_length=63)
+    """Rule that matched; empty for a manual request."""
+    request_id: str = Field(default="", max_length=63)
+    """Manual request id; empty for automatic actions."""
+    signal: str = Field(max_length=70)
+    anomaly_class: AnomalyClass | None = None
+    onset_step: int | None = Field(default=None, ge=0)
+    from_step: int = Field(ge=0)
+    """Step the run had reached when it stopped."""
+    to_step: int | None = Field(default=None, ge=0)
+    """Checkpoint step it resumed from; null when it started from scratch."""
+    lr_scale: float = Field(gt=0.0, le=1.0)
+    """LR scale after the action."""
+    skipped: tuple[SkipRange, ...] = Field(default=(), max_length=8)
+    """Skip ranges this action added."""
+    attempt: int = Field(ge=0)
+    """Attempt that the action launched."""
+
+
+class Plan(ApiModel):
+    """The in-flight action, persisted before anything is touched so that an operator killed
+    anywhere finishes it exactly once after its restart."""
+
+    action: Action
+    rule: str = Field(default="", max_length=63)
+    request_id: str = Field(default="", max_length=63)
+    signal: str = Field(max_length=70)
+    anomaly_class: AnomalyClass | None = None
+    onset_step: int | None = Field(default=None, ge=0)
+    from_step: int = Field(ge=0)
+    started_at: AwareDatetime
+    from_attempt: int = Field(ge=0)
+    """Attempt being stopped: its pods must all be gone before Planning."""
+    next_attempt: int = Field(ge=0)
+    target_step: int | None = Field(default=None, ge=0)
+    """Chosen checkpoint; null until Planning has chosen it (or to start from scratch)."""
+    lr_scale: float | None = Field(default=None, gt=0.0, le=1.0)
+    rewarmup_steps: int = Field(default=0, ge=0)
+    added_skip: tuple[SkipRange, ...] = Field(default=(), max_length=8)
+    directives_generation: int | None = Field(default=None, ge=1)
+    """Generation of the directives written for the next attempt; set in Relaunching."""
+    recurrence: int = Field(default=0, ge=0)
+    """How many times this is a recurrence near the same onset (escalation level)."""
+
+
+class StableTrainingJobStatus(ApiModel):
+    """What the operator knows, written once per reconcile."""
+
+    observed_generation: int | None = Field(default=None, ge=0)
+    phase: Phase = Phase.PENDING
+    conditions: tuple[Condition, ...] = Field(
+        default=(),
+        max_length=16,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    attempt: int = Field(default=0, ge=0)
+    """Current attempt; bumps on every relaunch and fences everything older."""
+    step: int | None = Field(default=None, ge=0)
+    """Newest global step reported by the pods."""
+    loss: float | None = None
+    """Newest loss; null while unknown or when non-finite (see the Healthy condition)."""
+    loss_baseline: float | None = None
+    grad_norm: float | None = None
+    tokens_per_second: float | None = Field(default=None, ge=0.0)
+    lr_scale: float = Field(default=1.0, gt=0.0, le=1.0)
+    """Effective LR multiplier: the product of every reduction so far."""
+    directives_generation: int = Field(default=0, ge=0)
+    """Newest directives generation issued; pods report the one they applied."""
+    active_skip_ranges: tuple[SkipRange, ...] = Field(default=(), max_length=SKIP_RANGES_INLINE_MAX)
+    """Skip ranges in force (all of them, unless skipRangesConfigMap is set)."""
+    skip_ranges_total: int = Field(default=0, ge=0)
+    skip_ranges_config_map: str | None = Field(default=None, max_length=253)
+    """ConfigMap (same namespace) holding the full list once it outgrew the inline limit."""
+    checkpoints: tuple[CheckpointRecord, ...] = Field(default=(), max_length=INVENTORY_MAX)
+    """Per-step inventory across tiers and nodes, newest last."""
+    rollback_history: tuple[RollbackRecord, ...] = Field(default=(), max_length=HISTORY_MAX)
+    """Newest last; the oldest entries drop off."""
+    counters: Counters = Field(default_factory=Counters)
+    plan: Plan | None = None
+    """The action in flight (phases Stopping, Planning, Relaunching, Confirming)."""
+    last_trip: TripReport | None = None
+    last_manual_request_id: str | None = Field(default=None, max_length=63)
+    """spec.manualRollback.requestId handled last: a request with this id does not run again."""
