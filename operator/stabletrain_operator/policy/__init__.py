@@ -1,0 +1,30 @@
+"""The recovery policy as pure functions: observations in, one decision out.
+
+No kopf, no Kubernetes client, no I/O and no clock: the operator passes the time in and
+persists the ledger; the replay CLI runs the same code on a recorded history.
+"""
+
+from stabletrain_operator.policy.decision import STOPPING_ACTIONS, Decision
+from stabletrain_operator.policy.engine import decide, record, trip_signals
+from stabletrain_operator.policy.ledger import AlertEpisode, PolicyLedger, RollbackMemory
+from stabletrain_operator.policy.observation import (
+    Observation,
+    ObservationSource,
+    manual_request,
+    worker_failure,
+)
+
+__all__ = [
+    "STOPPING_ACTIONS",
+    "AlertEpisode",
+    "Decision",
+    "Observation",
+    "ObservationSource",
+    "PolicyLedger",
+    "RollbackMemory",
+    "decide",
+    "manual_request",
+    "record",
+    "trip_signals",
+    "worker_failure",
+]

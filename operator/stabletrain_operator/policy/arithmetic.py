@@ -1,0 +1,41 @@
+"""The numbers of a rollback: LR scale, skip range and target bound, escalation included.
+
+Escalation makes each recurrence near the same onset harder than the last, the way the
+OPT-175B and BLOOM teams did by hand: the LR factor applied once more per level, the skip
+range and the distance to the target checkpoint doubled per level.
+"""
+
+from __future__ import annotations
+
+from stabletrain_agent.contract.directives import SkipRange, SkipUnit
+from stabletrain_operator.api.spec import RollbackParams
+
+
+def reduced_lr_scale(current: float, factor: float, floor: float, *, times: int = 1) -> float:
+    """`current` x factor^times, never below `floor`, and never above `current`.
+
+    The upper bound matters when a person already lowered the LR below the floor: a
+    rollback must not raise it again.
+    """
+    return min(current, max(current * factor**times, floor))
+
+
+def widening(level: int) -> int:
+    """How much wider than the base a level's skip range and target distance are: 2^level."""
+    return 1 << level
+
+
+def skip_around(onset_step: int, params: RollbackParams, level: int) -> SkipRange:
+    """[onset - before, onset + after] in steps, both widened by the escalation level."""
+    wider = widening(level)
+    return SkipRange(
+        first=max(onset_step - params.skip_steps_before_onset * wider, 0),
+        last=onset_step + params.skip_steps_after_onset * wider,
+        unit=SkipUnit.STEP,
+    )
+
+
+def target_bound(onset_step: int, params: RollbackParams, level: int) -> int:
+    """Newest step the rollback target may have; 0 leaves only a step-0 checkpoint (or a
+    start from scratch) when the onset is closer to the start than the distance asks."""
+    return max(onset_step - params.min_steps_before_onset * widening(level), 0)
