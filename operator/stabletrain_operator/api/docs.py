@@ -7,7 +7,9 @@ for completeness: every action must have its paragraph.
 
 from __future__ import annotations
 
+import ast
 import inspect
+import itertools
 import json
 from typing import Any
 
@@ -172,11 +174,7 @@ def _doc(obj: Any) -> str:
 def render_api_docs() -> str:
     reference, rules = _reference()
     actions = "\n\n".join(f"### {action.value}\n\n{ACTION_BEHAVIOUR[action]}" for action in Action)
-    env_rows = "\n".join(
-        f"| `{value}` | {_cell(_doc_of_env(name))} |"
-        for name, value in vars(env).items()
-        if name.isupper() and isinstance(value, str) and value.startswith("STABLETRAIN_")
-    )
+    env_rows = "\n".join(f"| `{name}` | {_cell(doc)} |" for name, doc in env_docs().items())
     return f"""{GENERATED_NOTE}
 # StableTrainingJob API reference
 
@@ -240,14 +238,19 @@ names the field given in the third column.
 """
 
 
-def _doc_of_env(name: str) -> str:
-    """The docstring that follows an env constant in env.py, found by reading its source."""
-    source = inspect.getsource(env)
-    marker = f"\n{name} = "
-    start = source.find(marker)
-    if start < 0:
-        return ""
-    after = source[start + len(marker) :].split("\n", 2)
-    if len(after) > 1 and after[1].startswith('"""'):
-        return after[1].strip('"')
-    return ""
+def env_docs() -> dict[str, str]:
+    """Each env constant's value and the docstring that follows it in env.py."""
+    tree = ast.parse(inspect.getsource(env))
+    documented: dict[str, str] = {}
+    for statement, following in itertools.pairwise(tree.body):
+        if (
+            isinstance(statement, ast.Assign)
+            and isinstance(statement.value, ast.Constant)
+            and isinstance(statement.value.value, str)
+            and statement.value.value.startswith("STABLETRAIN_")
+        ):
+            doc = ""
+            if isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant):
+                doc = str(following.value.value)
+            documented[statement.value.value] = doc
+    return documented

@@ -63,13 +63,15 @@ POD_TEMPLATE: dict[str, Any] = {
     **PRESERVE_UNKNOWN,
     "required": ["spec"],
     "properties": {
-        "metadata": PRESERVE_UNKNOWN,
+        "metadata": {**PRESERVE_UNKNOWN, "description": "Labels and annotations for the pods."},
         "spec": {
             **PRESERVE_UNKNOWN,
+            "description": "A core/v1 PodSpec.",
             "required": ["containers"],
             "properties": {
                 "containers": {
                     "type": "array",
+                    "description": "core/v1 Containers; one of them runs torchrun.",
                     "minItems": 1,
                     "items": PRESERVE_UNKNOWN,
                 }
@@ -87,6 +89,7 @@ class RendezvousSpec(ApiModel):
     backend: str = Field(default="c10d", pattern="^(c10d|static)$")
     """c10d (torchrun's default, the master is node rank 0's pod) or static."""
     port: int = Field(default=29400, ge=1024, le=65535)
+    """Port of the rendezvous store on node rank 0's pod."""
     timeout_seconds: int = Field(default=900, ge=10, le=86_400)
     """How long the pods of an attempt may take to join before the attempt fails."""
 
@@ -95,7 +98,9 @@ class WorkersSpec(ApiModel):
     """The torchrun pods: one pod per node, `processesPerNode` ranks in each."""
 
     nodes: int = Field(default=1, ge=1, le=10_000)
+    """Pods of the torchrun job, one per node (torchrun --nnodes)."""
     processes_per_node: int = Field(default=1, ge=1, le=1024)
+    """Ranks in each pod (torchrun --nproc-per-node), typically one per GPU."""
     template: dict[str, Any] = Field(json_schema_extra=POD_TEMPLATE)
     """A core/v1 PodTemplateSpec, passed through unchanged (unknown fields kept). The
     operator adds the torchrun command's environment, the tier volumes and the agent's env."""
@@ -147,9 +152,11 @@ class PfsTierSpec(ApiModel):
     """Shared tier: a ReadWriteMany claim every pod mounts; survives nodes, slower."""
 
     claim_name: str = Field(pattern=NAME_PATTERN.replace("{0,61}", "{0,251}"), max_length=253)
+    """PersistentVolumeClaim (ReadWriteMany) in the job's namespace holding the PFS tier."""
     sub_path: str = Field(default="", max_length=4096, pattern=r"^([^/].*)?$")
     """Directory inside the claim for this job (relative); empty means the claim's root."""
     retention: int = Field(default=3, ge=2, le=1000)
+    """Checkpoints kept on the PFS; at least 2 so the rollback target survives a new save."""
 
 
 class CheckpointsSpec(ApiModel):
@@ -175,6 +182,7 @@ class RollbackParams(ApiModel):
     """The target checkpoint must be at least this many steps before the onset (PaLM
     restarted about 100 steps before a spike: instability starts before it shows)."""
     skip_steps_before_onset: int = Field(default=50, ge=0, le=1_000_000)
+    """Start of the skipped data, in steps before the onset (instability starts earlier)."""
     skip_steps_after_onset: int = Field(default=250, ge=0, le=1_000_000)
     """Data skipped is [onset - before, onset + after] in steps: 300 by default, inside the
     200-500 batches PaLM skipped."""
@@ -186,7 +194,9 @@ class ReduceLRParams(ApiModel):
     """How a live ReduceLR changes the running pods."""
 
     lr_factor: Ratio = 0.5
+    """The LR scale is multiplied by this, live, without a restart."""
     lr_floor: Floor = 0.05
+    """The LR scale never drops below this."""
 
 
 class RecoveryRule(ApiModel):
@@ -208,6 +218,7 @@ class RecoveryRule(ApiModel):
     )
 
     name: str = Field(pattern=NAME_PATTERN, max_length=63)
+    """Unique within the list; shown in Events, conditions and the rollback history."""
     on_signals: tuple[SignalName, ...] = Field(min_length=1, max_length=16)
     """Matches when the signal that tripped (or fires, for report-only signals) is one of these."""
     on_classes: tuple[AnomalyClass, ...] = Field(default=(), max_length=5)
@@ -315,6 +326,7 @@ class ManualRollbackSpec(ApiModel):
     """A person's rollback request; runs once per requestId (status.lastManualRequestId)."""
 
     request_id: str = Field(min_length=1, max_length=63, pattern=NAME_PATTERN)
+    """Any new value requests one more rollback; the operator records the id once it ran."""
     to_step: int | None = Field(default=None, ge=0)
     """Newest stable checkpoint at or before this step; null means the newest stable one."""
     lr_factor: Ratio | None = None

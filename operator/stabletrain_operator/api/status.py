@@ -33,13 +33,17 @@ class Condition(ApiModel):
         pattern=r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$",
         max_length=316,
     )
+    """CamelCase condition type, unique in the list (see ConditionType)."""
     status: str = Field(pattern="^(True|False|Unknown)$")
+    """True, False or Unknown."""
     observed_generation: int | None = Field(default=None, ge=0)
     """metadata.generation of the spec this condition was computed from."""
     last_transition_time: datetime
     """When status last flipped; unchanged while only reason or message change."""
     reason: str = Field(pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$", max_length=1024)
+    """CamelCase reason for the last transition (see Reason)."""
     message: str = Field(default="", max_length=32_768)
+    """A sentence for people: what happened and what to do."""
 
 
 class Counters(ApiModel):
@@ -50,7 +54,9 @@ class Counters(ApiModel):
     restarts: int = Field(default=0, ge=0)
     """RestartFromLatest actions; compared against budgets.maxRestarts."""
     lr_reductions: int = Field(default=0, ge=0)
+    """Live ReduceLR actions applied."""
     alerts: int = Field(default=0, ge=0)
+    """Alert actions taken."""
     trips: int = Field(default=0, ge=0)
     """Trip reports received (including those that led to no action)."""
 
@@ -59,14 +65,18 @@ class RollbackRecord(ApiModel):
     """One rollback (or restart) as it happened: the audit trail of the policy."""
 
     time: AwareDatetime
+    """When the action started."""
     action: Action
     rule: str = Field(default="", max_length=63)
     """Rule that matched; empty for a manual request."""
     request_id: str = Field(default="", max_length=63)
     """Manual request id; empty for automatic actions."""
     signal: str = Field(max_length=70)
+    """Signal that triggered the action (Manual for a person's request)."""
     anomaly_class: AnomalyClass | None = None
+    """Attribution class from the trip report; null for manual and infrastructure actions."""
     onset_step: int | None = Field(default=None, ge=0)
+    """First anomalous step; null when there was no anomaly (manual, worker failure)."""
     from_step: int = Field(ge=0)
     """Step the run had reached when it stopped."""
     to_step: int | None = Field(default=None, ge=0)
@@ -84,21 +94,33 @@ class Plan(ApiModel):
     anywhere finishes it exactly once after its restart."""
 
     action: Action
+    """Rollback, RestartFromLatest or Fail: the actions that stop the pods."""
     rule: str = Field(default="", max_length=63)
+    """Rule that matched; empty for a manual request or a suspend."""
     request_id: str = Field(default="", max_length=63)
+    """Manual request id being served; empty for automatic actions."""
     signal: str = Field(max_length=70)
+    """Signal that triggered the action."""
     anomaly_class: AnomalyClass | None = None
+    """Attribution class from the trip report, if any."""
     onset_step: int | None = Field(default=None, ge=0)
+    """First anomalous step, if any: skip ranges and the checkpoint choice are relative to it."""
     from_step: int = Field(ge=0)
+    """Step the run had reached when it stopped."""
     started_at: AwareDatetime
+    """When the plan was persisted (phase Stopping began)."""
     from_attempt: int = Field(ge=0)
     """Attempt being stopped: its pods must all be gone before Planning."""
     next_attempt: int = Field(ge=0)
+    """Attempt the relaunch creates; written before any pod of it exists."""
     target_step: int | None = Field(default=None, ge=0)
     """Chosen checkpoint; null until Planning has chosen it (or to start from scratch)."""
     lr_scale: float | None = Field(default=None, gt=0.0, le=1.0)
+    """LR scale of the next attempt; null until Planning computed it."""
     rewarmup_steps: int = Field(default=0, ge=0)
+    """Re-warm-up of the next attempt."""
     added_skip: tuple[SkipRange, ...] = Field(default=(), max_length=8)
+    """Skip ranges this action adds to the active ones."""
     directives_generation: int | None = Field(default=None, ge=1)
     """Generation of the directives written for the next attempt; set in Relaunching."""
     recurrence: int = Field(default=0, ge=0)
@@ -109,12 +131,14 @@ class StableTrainingJobStatus(ApiModel):
     """What the operator knows, written once per reconcile."""
 
     observed_generation: int | None = Field(default=None, ge=0)
+    """metadata.generation of the spec the operator last acted on."""
     phase: Phase = Phase.PENDING
     conditions: tuple[Condition, ...] = Field(
         default=(),
         max_length=16,
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
+    """Level-based state, one entry per type (metav1.Condition)."""
     attempt: int = Field(default=0, ge=0)
     """Current attempt; bumps on every relaunch and fences everything older."""
     step: int | None = Field(default=None, ge=0)
@@ -122,8 +146,11 @@ class StableTrainingJobStatus(ApiModel):
     loss: float | None = None
     """Newest loss; null while unknown or when non-finite (see the Healthy condition)."""
     loss_baseline: float | None = None
+    """Healthy EMA baseline of the loss, as the agent computes it."""
     grad_norm: float | None = None
+    """Newest pre-clip gradient norm."""
     tokens_per_second: float | None = Field(default=None, ge=0.0)
+    """Newest throughput of the whole job."""
     lr_scale: float = Field(default=1.0, gt=0.0, le=1.0)
     """Effective LR multiplier: the product of every reduction so far."""
     directives_generation: int = Field(default=0, ge=0)
@@ -131,6 +158,7 @@ class StableTrainingJobStatus(ApiModel):
     active_skip_ranges: tuple[SkipRange, ...] = Field(default=(), max_length=SKIP_RANGES_INLINE_MAX)
     """Skip ranges in force (all of them, unless skipRangesConfigMap is set)."""
     skip_ranges_total: int = Field(default=0, ge=0)
+    """Number of skip ranges in force, inline or in the ConfigMap."""
     skip_ranges_config_map: str | None = Field(default=None, max_length=253)
     """ConfigMap (same namespace) holding the full list once it outgrew the inline limit."""
     checkpoints: tuple[CheckpointRecord, ...] = Field(default=(), max_length=INVENTORY_MAX)

@@ -19,7 +19,7 @@ from stabletrain_operator.api.crdgen import (
     openapi_schema,
     stale_files,
 )
-from stabletrain_operator.api.docs import ACTION_BEHAVIOUR
+from stabletrain_operator.api.docs import ACTION_BEHAVIOUR, env_docs
 from stabletrain_operator.api.schema import structural
 
 REPO = Path(__file__).resolve().parents[3]
@@ -123,3 +123,20 @@ def test_every_action_has_its_documented_behaviour() -> None:
     docs = (REPO / DOCS_PATH).read_text()
     for action in Action:
         assert f"### {action.value}\n" in docs
+
+
+def test_every_field_is_described() -> None:
+    schema = openapi_schema()["properties"]
+    undocumented = [
+        path
+        for top in ("spec", "status")
+        for path, node in nodes(schema[top], top)
+        if not path.endswith("[]") and not node.get("description")
+    ]
+    assert undocumented == []
+
+
+def test_every_environment_variable_is_documented() -> None:
+    documented = env_docs()
+    assert "STABLETRAIN_ATTEMPT" in documented
+    assert [name for name, doc in documented.items() if not doc] == []

@@ -21,7 +21,10 @@ from stabletrain_agent.contract.names import AnomalyClass, Signal
 from stabletrain_agent.contract.trip import (
     EVIDENCE_MAX,
     FIRING_MAX,
+    INVENTORY_KEPT_FIRST,
     LINEAGE_PATH_MAX,
+    SHARD_ID_MAX,
+    SUSPECT_SHARDS_MAX,
     TERMINATION_MESSAGE_LIMIT,
     TripReport,
     parse_termination_message,
@@ -101,6 +104,27 @@ def test_cut_is_as_small_as_possible() -> None:
     assert len(one_more.model_dump_json().encode()) > TERMINATION_MESSAGE_LIMIT
 
 
+def test_long_suspect_shard_list_is_cut_after_the_old_inventory() -> None:
+    shards = tuple(f"s3://corpus/train/shard-{i:06d}.jsonl.zst" for i in range(200))
+    lineage = "/pfs/jobs/llm-176b/lineage/attempt-2/window-31169-31223.jsonl"
+    original = report(300, suspect_shards=shards, lineage_path=lineage)
+    message = render_termination_message(original)
+    size = len(message.encode())
+    parsed = parse_termination_message(message)
+    print(
+        f"300 checkpoints + 200 shards -> {size} bytes: kept {len(parsed.inventory)} checkpoints,"
+        f" {len(parsed.suspect_shards)} shards"
+    )
+    assert size <= TERMINATION_MESSAGE_LIMIT
+    assert parsed.inventory == original.inventory[-INVENTORY_KEPT_FIRST:]
+    assert parsed.inventory_omitted == 300 - INVENTORY_KEPT_FIRST
+    kept = len(parsed.suspect_shards)
+    assert 0 < kept < 200
+    assert parsed.suspect_shards == shards[:kept]
+    assert parsed.suspect_shards_omitted == 200 - kept
+    assert parsed.lineage_path == lineage
+
+
 def test_worst_case_fields_still_give_valid_json_within_the_limit() -> None:
     wide = "\U0001f525"  # four bytes in UTF-8
     worst = report(
@@ -110,6 +134,7 @@ def test_worst_case_fields_still_give_valid_json_within_the_limit() -> None:
         lineage_path="/pfs/" + wide * (LINEAGE_PATH_MAX - 5),
         firing=tuple(f"custom:{chr(97 + i)}{'x' * 62}" for i in range(FIRING_MAX)),
         value=math.nan,
+        suspect_shards=tuple(wide * SHARD_ID_MAX for _ in range(SUSPECT_SHARDS_MAX)),
     )
     message = render_termination_message(worst)
     assert len(message.encode()) <= TERMINATION_MESSAGE_LIMIT

@@ -168,7 +168,9 @@ class CustomSignalConfig(ContractModel):
     watch one metric (e.g. a hard and a soft bound)."""
     kind: ThresholdKind
     threshold: float = Field(allow_inf_nan=False)
+    """The bound, in the unit of the series (a ratio for RelativeJump)."""
     consecutive_steps: int = Field(default=1, ge=1, le=100_000)
+    """Anomalous steps in a row before the signal counts as sustained."""
     anomaly_class: AnomalyClass = AnomalyClass.DIVERGENCE
     """Class reported when it fires; a custom series says nothing about its cause by itself."""
 
@@ -215,6 +217,7 @@ class DetectionConfig(ContractModel):
         max_length=16,
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
     )
+    """User-named signals, unique by name; rules refer to them as `custom:<name>`."""
 
     @model_validator(mode="after")
     def _custom_names_unique(self) -> Self:

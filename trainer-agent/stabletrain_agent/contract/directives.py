@@ -48,6 +48,7 @@ class SkipRange(ContractModel):
     )
 
     first: int = Field(ge=0)
+    """First step (or batch) skipped."""
     last: int = Field(ge=0)
     """Inclusive."""
     unit: SkipUnit = SkipUnit.STEP

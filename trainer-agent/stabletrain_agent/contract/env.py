@@ -10,7 +10,9 @@ from __future__ import annotations
 from pathlib import PurePosixPath
 
 JOB_NAME = "STABLETRAIN_JOB_NAME"
+"""Name of the StableTrainingJob: labels metrics and names the PFS directory."""
 JOB_NAMESPACE = "STABLETRAIN_JOB_NAMESPACE"
+"""Its namespace."""
 ATTEMPT = "STABLETRAIN_ATTEMPT"
 """Attempt number (0, 1, ...): checkpoints carry it, directives for another attempt are refused."""
 NODE_NAME = "STABLETRAIN_NODE_NAME"
@@ -18,7 +20,9 @@ NODE_NAME = "STABLETRAIN_NODE_NAME"
 NODE_RANK = "STABLETRAIN_NODE_RANK"
 """torchrun's node rank of this pod (0 .. nodes-1)."""
 NODES = "STABLETRAIN_NODES"
+"""Pods in the job (torchrun --nnodes)."""
 PROCESSES_PER_NODE = "STABLETRAIN_PROCESSES_PER_NODE"
+"""Ranks per pod (torchrun --nproc-per-node)."""
 
 LOCAL_CHECKPOINT_DIR = "STABLETRAIN_LOCAL_CHECKPOINT_DIR"
 """Node-local tier (NVMe via hostPath or a local volume), mounted into the container."""

@@ -33,12 +33,14 @@ class NodeCopy(TierCopy):
     """A checkpoint's copy on one node's local tier."""
 
     node: str = Field(min_length=1, max_length=NODE_NAME_MAX)
+    """Kubernetes node whose local tier holds the copy."""
 
 
 class CheckpointRecord(ContractModel):
     """Everything known about the checkpoint of one step."""
 
     step: int = Field(ge=0)
+    """Global optimizer step after which the checkpoint was taken."""
     attempt: int = Field(ge=0)
     """Attempt that wrote it: a checkpoint of a fenced-off attempt is never trusted."""
     stable: bool = False
@@ -46,6 +48,7 @@ class CheckpointRecord(ContractModel):
     spike_marker: bool = False
     """Kept as evidence of an anomaly (at most a few per job); never a rollback target."""
     saved_at: AwareDatetime
+    """When the local save completed."""
     pfs: TierCopy = Field(default_factory=TierCopy)
     local: tuple[NodeCopy, ...] = ()
     """One entry per node that holds a local copy."""

@@ -11,7 +11,8 @@ the evidence, and always produces complete JSON.
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Callable
+from typing import Annotated, Literal
 
 from pydantic import AwareDatetime, Field, ValidationError, field_validator
 
@@ -24,6 +25,11 @@ TERMINATION_MESSAGE_LIMIT = 4096
 EVIDENCE_MAX = 512
 LINEAGE_PATH_MAX = 512
 FIRING_MAX = 16
+SHARD_ID_MAX = 128
+SUSPECT_SHARDS_MAX = 256
+INVENTORY_KEPT_FIRST = 8
+"""Newest inventory entries kept before suspect shards are cut: the rollback target is
+almost always among them."""
 _ELLIPSIS = "..."
 
 
@@ -31,11 +37,15 @@ class TripReport(ContractModel):
     """Why training stopped, with what the operator needs to plan the rollback."""
 
     schema_version: Literal[1] = 1
+    """Bumped on incompatible changes, so an old operator can say what it cannot read."""
     attempt: int = Field(ge=0)
+    """Attempt that tripped: a report of an older attempt is stale."""
     node: str = Field(min_length=1, max_length=NODE_NAME_MAX)
+    """Node of the pod that wrote the report (its inventory is that view)."""
     step: int = Field(ge=0)
     """Step at which every rank stopped."""
     tripped_at: AwareDatetime
+    """When the ranks agreed to stop."""
     signal: str
     """The signal that tripped (the first, when several tripped on the same step)."""
     anomaly_class: AnomalyClass
@@ -44,6 +54,7 @@ class TripReport(ContractModel):
     value: float | None = None
     """Observed value that crossed the threshold (may be NaN for NonFinite)."""
     threshold: float | None = None
+    """The bound it crossed, in the unit of `value`."""
     onset_step: int = Field(ge=0)
     """First step of the anomalous run; skip ranges are placed around it."""
     last_good_step: int | None = Field(default=None, ge=0)
@@ -56,6 +67,13 @@ class TripReport(ContractModel):
     """Older entries left out to fit the 4 KiB message; the full list is on the PFS."""
     lineage_path: str = Field(default="", max_length=LINEAGE_PATH_MAX)
     """PFS path of the full spike-window lineage (which shards/samples each step consumed)."""
+    suspect_shards: tuple[Annotated[str, Field(min_length=1, max_length=SHARD_ID_MAX)], ...] = (
+        Field(default=(), max_length=SUSPECT_SHARDS_MAX)
+    )
+    """Shards consumed from shortly before the onset to the trip, most suspect first: what
+    a rollback's skip range may be narrowed to (SkipRange.shardIds)."""
+    suspect_shards_omitted: int = Field(default=0, ge=0)
+    """Trailing suspect shards left out to fit 4 KiB; the lineage file lists them all."""
 
     @field_validator("signal")
     @classmethod
@@ -79,38 +97,70 @@ def _size(report: TripReport) -> int:
 def render_termination_message(report: TripReport) -> str:
     """JSON of `report` in at most 4096 UTF-8 bytes, degrading instead of failing.
 
-    Drops the oldest inventory entries (counting them in `inventoryOmitted`), then shortens
-    the evidence, then the list of co-firing signals. The field bounds guarantee the report
-    fits after that; a ValueError would mean those bounds were loosened without care.
+    In order, until it fits: the oldest inventory entries down to the newest
+    INVENTORY_KEPT_FIRST, the least suspect shards, the rest of the inventory, the evidence
+    text, the co-firing signals. Dropped entries are counted in the `...Omitted` fields and
+    remain in the lineage file on the PFS. The field bounds guarantee a fit after that; a
+    ValueError would mean those bounds were loosened without care.
     """
-    if _size(report) <= TERMINATION_MESSAGE_LIMIT:
-        return report.model_dump_json()
-    inventory = sorted(report.inventory)
-    omitted = report.inventory_omitted
-    low, high = 0, len(inventory)
-    # Fewest entries to drop so the rest fits: the size only shrinks as more are dropped.
-    while low < high:
-        drop = (low + high) // 2
-        trial = report.model_copy(
-            update={"inventory": tuple(inventory[drop:]), "inventory_omitted": omitted + drop}
-        )
-        if _size(trial) <= TERMINATION_MESSAGE_LIMIT:
-            high = drop
-        else:
-            low = drop + 1
-    fitted = report.model_copy(
-        update={"inventory": tuple(inventory[low:]), "inventory_omitted": omitted + low}
-    )
+    fitted = report.model_copy(update={"inventory": tuple(sorted(report.inventory))})
+    fitted = _drop_oldest_inventory(fitted, keep_at_least=INVENTORY_KEPT_FIRST)
+    fitted = _drop_least_suspect_shards(fitted)
+    fitted = _drop_oldest_inventory(fitted, keep_at_least=0)
     evidence = fitted.evidence
-    while _size(fitted) > TERMINATION_MESSAGE_LIMIT and evidence:
+    while not _fits(fitted) and evidence:
         evidence = evidence[: len(evidence) // 2]
         fitted = fitted.model_copy(update={"evidence": evidence + _ELLIPSIS})
-    if _size(fitted) > TERMINATION_MESSAGE_LIMIT:
+    if not _fits(fitted):
         fitted = fitted.model_copy(update={"evidence": "", "firing": (fitted.signal,)})
-    message = fitted.model_dump_json()
-    if len(message.encode()) > TERMINATION_MESSAGE_LIMIT:
+    if not _fits(fitted):
         raise ValueError("trip report cannot fit the termination message; check field bounds")
-    return message
+    return fitted.model_dump_json()
+
+
+def _fits(report: TripReport) -> bool:
+    return len(report.model_dump_json().encode()) <= TERMINATION_MESSAGE_LIMIT
+
+
+def _fewest_to_drop(count: int, fits_after_dropping: Callable[[int], bool]) -> int:
+    """Smallest n in [0, count] with fits_after_dropping(n); size only shrinks as n grows."""
+    low, high = 0, count
+    while low < high:
+        middle = (low + high) // 2
+        if fits_after_dropping(middle):
+            high = middle
+        else:
+            low = middle + 1
+    return low
+
+
+def _drop_oldest_inventory(report: TripReport, keep_at_least: int) -> TripReport:
+    inventory = report.inventory
+
+    def dropped(n: int) -> TripReport:
+        return report.model_copy(
+            update={
+                "inventory": inventory[n:],
+                "inventory_omitted": report.inventory_omitted + n,
+            }
+        )
+
+    droppable = max(len(inventory) - keep_at_least, 0)
+    return dropped(_fewest_to_drop(droppable, lambda n: _fits(dropped(n))))
+
+
+def _drop_least_suspect_shards(report: TripReport) -> TripReport:
+    shards = report.suspect_shards
+
+    def dropped(n: int) -> TripReport:
+        return report.model_copy(
+            update={
+                "suspect_shards": shards[: len(shards) - n],
+                "suspect_shards_omitted": report.suspect_shards_omitted + n,
+            }
+        )
+
+    return dropped(_fewest_to_drop(len(shards), lambda n: _fits(dropped(n))))
 
 
 def parse_termination_message(message: str | bytes) -> TripReport:
