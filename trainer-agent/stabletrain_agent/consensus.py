@@ -49,23 +49,22 @@ def agree(
     """
     device = loss.device
     names = sorted(custom)
-    device_parts = [loss.detach().reshape(1), grad_norm.detach().reshape(1)]
-    device_parts += [_as_tensor(custom[name], device).reshape(1) for name in names]
-    host = torch.tensor(
-        [step_seconds, float(tokens), float(has_newer_directives), float(saving)],
-        dtype=torch.float64,
-    )
-    if device.type == "cuda":
-        # A pageable host-to-device copy waits for the stream: pinned memory does not.
-        host = host.pin_memory()
-    vector = torch.cat(
-        [p.to(torch.float64) for p in device_parts] + [host.to(device, non_blocking=True)]
-    )
+    parts = [loss.detach().reshape(1), grad_norm.detach().reshape(1)]
+    parts += [_as_tensor(custom[name], device).reshape(1) for name in names]
+    host_values = [step_seconds, float(tokens), float(has_newer_directives), float(saving)]
     world = 1
     if dist.is_available() and dist.is_initialized():
+        host = torch.tensor(host_values, dtype=torch.float64)
+        if device.type == "cuda":
+            # A pageable host-to-device copy waits for the stream: pinned memory does not.
+            host = host.pin_memory()
+        # cat promotes every part to float64, the host part's type, in the same kernel.
+        vector = torch.cat([*parts, host.to(device, non_blocking=True)])
         dist.all_reduce(vector, op=dist.ReduceOp.SUM, group=group)
         world = dist.get_world_size(group)
-    values = vector.tolist()
+        values = vector.tolist()
+    else:
+        values = torch.cat(parts).tolist() + host_values
     custom_values = values[2 : 2 + len(names)]
     seconds, total_tokens, newer, saving_ranks = values[2 + len(names) :]
     return Agreed(

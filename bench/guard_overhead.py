@@ -1,0 +1,198 @@
+"""What the guard costs per training step, measured against the bare loop side by side.
+
+Both loops train the same tiny character-level GPT on CPU from the same weights with the
+same data helper. The bare loop clips, steps the optimizer and the scheduler itself (what
+``guard.step`` replaces); the guarded loop calls ``guard.step``. The two alternate step by
+step in one process (which goes first alternates too), so drift in machine load hits both
+alike. Each step is timed in CPU time of the training thread: on a machine shared with
+other work, wall time mostly measures the neighbours. Each round's ratio is the median
+guarded step over the median bare step; the median ratio over the rounds is reported with
+its spread, never an absolute threshold. Host syncs per step are counted by wrapping
+Tensor's sync points from the outside, not by a counter the guard keeps.
+
+    .venv/bin/python bench/guard_overhead.py [--rounds 20] [--steps 30] [--layers 2] ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from stabletrain_agent.contract.directives import Directives
+from stabletrain_agent.data import Shard, ShardedBatches
+from stabletrain_agent.directives import DirectiveSource
+from stabletrain_agent.guard import Guard, GuardEnv
+
+MODEL_PATH = Path(__file__).resolve().parents[1] / "examples" / "tiny-gpt" / "model.py"
+SYNC_POINTS = ("item", "__bool__", "__float__", "__int__", "__index__", "tolist", "cpu", "numpy")
+SHARD_SAMPLES = 256
+
+
+def load_model_module() -> Any:
+    spec = importlib.util.spec_from_file_location("tiny_gpt_model", MODEL_PATH)
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"cannot load the tiny GPT from {MODEL_PATH}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@dataclass
+class Loop:
+    """One model, optimizer, scheduler and data stream; ``guard`` is None for the bare loop."""
+
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    batches: ShardedBatches[torch.Tensor, torch.Tensor]
+    guard: Guard | None
+
+    def step(self) -> float:
+        """One training step; its CPU time in seconds (this thread only)."""
+        start = time.thread_time()
+        batch = next(self.batches)
+        loss = self.model(batch[:, :-1], batch[:, 1:])
+        loss.backward()
+        if self.guard is not None:
+            self.guard.step(loss, tokens=batch[:, :-1].numel())
+        else:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+            self.optimizer.step()
+            self.scheduler.step()
+        self.optimizer.zero_grad()
+        return time.thread_time() - start
+
+    def train(self, steps: int) -> None:
+        for _ in range(steps):
+            self.step()
+
+
+def make_loop(module: Any, config: Any, block: int, batch_size: int, guarded: bool) -> Loop:
+    torch.manual_seed(0)
+    model = module.TinyGPT(config)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / 100))
+
+    def read(shard_id: str, start: int, stop: int) -> torch.Tensor:
+        generator = torch.Generator().manual_seed(int(shard_id.split("-")[1]))
+        tokens = torch.randint(
+            0, config.vocab_size, (SHARD_SAMPLES, block + 1), generator=generator
+        )
+        return tokens[start:stop]
+
+    batches = ShardedBatches(
+        [Shard(f"shard-{i}", SHARD_SAMPLES) for i in range(8)],
+        read,
+        torch.cat,
+        batch_size=batch_size,
+    )
+    guard = None
+    if guarded:
+        guard = Guard(
+            model,
+            optimizer,
+            scheduler=scheduler,
+            max_grad_norm=1.0,
+            data=batches,
+            directives=DirectiveSource(0, Directives(generation=1, attempt=0)),
+            guard_env=GuardEnv(),
+        )
+    return Loop(model, optimizer, scheduler, batches, guard)
+
+
+def count_syncs(loop: Loop, steps: int) -> float:
+    """Sync-point calls per step, counted by wrapping Tensor's methods from the outside."""
+    calls = 0
+    originals: dict[str, Callable[..., Any]] = {}
+
+    def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            nonlocal calls
+            calls += 1
+            return original(*args, **kwargs)
+
+        return counted
+
+    for name in SYNC_POINTS:
+        originals[name] = getattr(torch.Tensor, name)
+        setattr(torch.Tensor, name, wrap(originals[name]))
+    try:
+        loop.train(steps)
+    finally:
+        for name, original in originals.items():
+            setattr(torch.Tensor, name, original)
+    return calls / steps
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--steps", type=int, default=30, help="steps per loop per round")
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--embd", type=int, default=64, help="embedding width")
+    parser.add_argument("--block", type=int, default=64, help="context length in characters")
+    args = parser.parse_args()
+    if args.rounds < 2 or args.steps < 1:
+        raise SystemExit("need --rounds >= 2 and --steps >= 1 to report a spread")
+    torch.set_num_threads(args.threads)
+
+    module = load_model_module()
+    config = module.GPTConfig(n_layer=args.layers, n_embd=args.embd, block_size=args.block)
+    bare = make_loop(module, config, config.block_size, args.batch_size, guarded=False)
+    guarded = make_loop(module, config, config.block_size, args.batch_size, guarded=True)
+    bare.train(args.steps)
+    guarded.train(args.steps)
+
+    bare_times: list[float] = []
+    guarded_times: list[float] = []
+    ratios: list[float] = []
+    for _ in range(args.rounds):
+        bare_round: list[float] = []
+        guarded_round: list[float] = []
+        for index in range(args.steps):
+            if index % 2 == 0:
+                bare_round.append(bare.step())
+                guarded_round.append(guarded.step())
+            else:
+                guarded_round.append(guarded.step())
+                bare_round.append(bare.step())
+        bare_times.append(statistics.median(bare_round))
+        guarded_times.append(statistics.median(guarded_round))
+        ratios.append(guarded_times[-1] / bare_times[-1])
+
+    quartiles = statistics.quantiles(ratios, n=4)
+    median = statistics.median(ratios)
+    params = sum(p.numel() for p in bare.model.parameters())
+    print(
+        f"tiny GPT: {config.n_layer} layers, {config.n_embd} dim, block {config.block_size}, "
+        f"batch {args.batch_size}, {params} parameters; AdamW; CPU, {args.threads} thread(s)"
+    )
+    print(f"{args.rounds} rounds x {args.steps} steps per loop, alternating step by step")
+    print(f"bare step    median {statistics.median(bare_times) * 1e3:8.3f} ms CPU")
+    print(f"guarded step median {statistics.median(guarded_times) * 1e3:8.3f} ms CPU")
+    print(
+        f"ratio guarded/bare: median {median:.4f}  IQR {quartiles[0]:.4f}-{quartiles[2]:.4f}  "
+        f"min {min(ratios):.4f}  max {max(ratios):.4f}  -> overhead {100 * (median - 1):+.2f}% "
+        "(target <= +1%)"
+    )
+    print(
+        f"host syncs per step (Tensor sync points): bare {count_syncs(bare, args.steps):.2f}, "
+        f"guarded {count_syncs(guarded, args.steps):.2f} "
+        "(AdamW reads its CPU step counters with .item() in both loops)"
+    )
+
+
+if __name__ == "__main__":
+    main()
