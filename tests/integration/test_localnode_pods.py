@@ -1,54 +1,225 @@
-"""Pods of the real control plane run as processes on the local node."""
+"""Pods of the real control plane run as processes on the local node: status, env, volumes,
+restart policy and deletion, as a kubelet would handle them."""
 
 from __future__ import annotations
 
+import base64
+import json
+import os
 import time
-from collections.abc import Callable
-from typing import Any
+
+import pytest
 
 from support.localnode import LocalCluster
-from support.localnode.api import Json
-
-
-def wait_for(check: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-
-
-def pod(name: str, command: list[str], **spec: Any) -> Json:
-    container = {"name": "main", "image": "local", "command": command}
-    container.update(spec.pop("container", {}))
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {"restartPolicy": "Never", "containers": [container], **spec},
-    }
+from support.localnode.testing import (
+    create,
+    pod_manifest,
+    read_pod,
+    terminated,
+    wait_for,
+    wait_terminated,
+)
 
 
 def test_exit_code_and_termination_message(local_cluster: LocalCluster, pod_namespace: str) -> None:
     api = local_cluster.api
     script = "echo -n 'rank 0 tripped: loss spike' > /dev/termination-log; echo hello; exit 3"
-    api.post(f"/api/v1/namespaces/{pod_namespace}/pods", pod("exits", ["sh", "-c", script]))
-    path = f"/api/v1/namespaces/{pod_namespace}/pods/exits"
+    create(api, pod_namespace, "pods", pod_manifest("exits", ["sh", "-c", script]))
 
-    def terminated() -> Json | None:
-        found = api.get(path)
-        assert found is not None
-        statuses = found["status"].get("containerStatuses") or []
-        if statuses and "terminated" in statuses[0]["state"]:
-            return found
-        return None
-
-    done = wait_for(terminated, 30, "the container to terminate")
-    state = done["status"]["containerStatuses"][0]["state"]["terminated"]
+    state = wait_terminated(api, pod_namespace, "exits", timeout=30)
     assert state["exitCode"] == 3, state
+    assert state["reason"] == "Error"
     assert state["message"] == "rank 0 tripped: loss spike"
+    done = read_pod(api, pod_namespace, "exits")
+    assert done is not None
     assert done["status"]["phase"] == "Failed"
     assert done["spec"]["nodeName"] in ("node-a", "node-b")
     assert "hello" in local_cluster.logs(pod_namespace, "exits")
+
+
+def test_termination_message_keeps_the_last_4_kib_and_command_not_found_is_a_start_error(
+    local_cluster: LocalCluster, pod_namespace: str
+) -> None:
+    api = local_cluster.api
+    script = "head -c 5000 /dev/zero | tr '\\0' a > /dev/termination-log; printf END >> $MSG"
+    script = script.replace("$MSG", "/dev/termination-log")
+    create(api, pod_namespace, "pods", pod_manifest("long", ["sh", "-c", script]))
+    create(api, pod_namespace, "pods", pod_manifest("missing", ["no-such-command-here"]))
+
+    long = wait_terminated(api, pod_namespace, "long", timeout=30)
+    assert long["exitCode"] == 0
+    assert long["reason"] == "Completed"
+    assert len(long["message"]) == 4096
+    assert long["message"].endswith("aaaEND")
+    missing = wait_terminated(api, pod_namespace, "missing", timeout=30)
+    assert missing["reason"] == "StartError"
+    assert missing["exitCode"] == 128
+    assert "no-such-command-here" in missing["message"]
+
+
+def test_env_downward_api_config_sources_and_service_account_token(
+    local_cluster: LocalCluster, pod_namespace: str
+) -> None:
+    api = local_cluster.api
+    create(api, pod_namespace, "configmaps",
+           {"metadata": {"name": "settings"}, "data": {"lr": "0.001", "note": "v1"}})  # fmt: skip
+    create(api, pod_namespace, "secrets",
+           {"metadata": {"name": "creds"}, "stringData": {"token": "s3cret"}})  # fmt: skip
+    script = r"""
+import json, os, pathlib, time
+sa = pathlib.Path("/var/run/secrets/kubernetes.io/serviceaccount")
+report = {k: os.environ[k] for k in ("POD_NAME", "POD_NAMESPACE", "POD_IP", "NODE_NAME",
+          "ROLE", "LR", "TOKEN", "ADDRESS", "HOSTNAME")}
+report["sa_namespace"] = (sa / "namespace").read_text()
+report["ca"] = (sa / "ca.crt").read_text().startswith("-----BEGIN CERTIFICATE")
+report["jwt"] = (sa / "token").read_text()
+report["hostname_file"] = open("/etc/hostname").read().strip()
+note = pathlib.Path("/config/note")
+report["note_before"] = note.read_text()
+deadline = time.time() + 30
+while note.read_text() == "v1" and time.time() < deadline:
+    time.sleep(0.1)
+report["note_after"] = note.read_text()
+pathlib.Path("/dev/termination-log").write_text(json.dumps(report))
+"""
+    field = lambda path: {"valueFrom": {"fieldRef": {"fieldPath": path}}}  # noqa: E731
+    manifest = pod_manifest(
+        "env",
+        ["python", "-c", script],
+        labels={"role": "trainer"},
+        volumes=[{"name": "config", "configMap": {"name": "settings"}}],
+        container={
+            "env": [
+                {"name": "POD_NAME", **field("metadata.name")},
+                {"name": "POD_NAMESPACE", **field("metadata.namespace")},
+                {"name": "POD_IP", **field("status.podIP")},
+                {"name": "NODE_NAME", **field("spec.nodeName")},
+                {"name": "ROLE", **field("metadata.labels['role']")},
+                {"name": "LR", "valueFrom": {"configMapKeyRef": {"name": "settings", "key": "lr"}}},
+                {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "token"}}},
+                {"name": "ADDRESS", "value": "$(POD_IP):29500"},
+            ],
+            "volumeMounts": [{"name": "config", "mountPath": "/config"}],
+        },
+    )
+    create(api, pod_namespace, "pods", manifest)
+    wait_for(lambda: (read_pod(api, pod_namespace, "env") or {}).get("status", {}).get("podIP"),
+             30, "a pod IP")  # fmt: skip
+    time.sleep(1)
+    api.merge_patch(f"/api/v1/namespaces/{pod_namespace}/configmaps/settings",
+                    {"data": {"note": "v2"}})  # fmt: skip
+
+    state = wait_terminated(api, pod_namespace, "env", timeout=60)
+    assert state["exitCode"] == 0, state
+    report = json.loads(state["message"])
+    pod = read_pod(api, pod_namespace, "env")
+    assert pod is not None
+    assert report["POD_NAME"] == "env"
+    assert report["POD_NAMESPACE"] == pod_namespace
+    assert report["POD_IP"] == pod["status"]["podIP"]
+    assert report["ADDRESS"] == f"{pod['status']['podIP']}:29500"
+    assert report["NODE_NAME"] == pod["spec"]["nodeName"]
+    assert (report["ROLE"], report["LR"], report["TOKEN"]) == ("trainer", "0.001", "s3cret")
+    assert report["HOSTNAME"] == report["hostname_file"] == "env"
+    assert report["sa_namespace"] == pod_namespace
+    assert report["ca"]
+    assert (report["note_before"], report["note_after"]) == ("v1", "v2")
+    payload = report["jwt"].split(".")[1]
+    claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    assert claims["sub"] == f"system:serviceaccount:{pod_namespace}:default"
+    assert claims["kubernetes.io"]["pod"] == {"name": "env", "uid": pod["metadata"]["uid"]}
+
+
+def test_on_failure_restarts_until_success_and_empty_dir_survives_restarts(
+    local_cluster: LocalCluster, pod_namespace: str
+) -> None:
+    api = local_cluster.api
+    script = (
+        "if [ -e /scratch/tried ]; then echo -n second > /dev/termination-log; exit 0; fi; "
+        "touch /scratch/tried; exit 7"
+    )
+    manifest = pod_manifest(
+        "flaky",
+        ["sh", "-c", script],
+        restartPolicy="OnFailure",
+        volumes=[{"name": "scratch", "emptyDir": {}}],
+        container={"volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}]},
+    )
+    create(api, pod_namespace, "pods", manifest)
+
+    def succeeded() -> bool:
+        pod = read_pod(api, pod_namespace, "flaky")
+        return pod is not None and pod["status"].get("phase") == "Succeeded"
+
+    wait_for(succeeded, 60, "the flaky pod to succeed after a restart")
+    pod = read_pod(api, pod_namespace, "flaky")
+    assert pod is not None
+    status = pod["status"]["containerStatuses"][0]
+    assert status["restartCount"] == 1
+    assert status["lastState"]["terminated"]["exitCode"] == 7
+    assert status["state"]["terminated"]["message"] == "second"
+
+
+@pytest.mark.parametrize(("trap", "stops_by"), [("exit 0", "SIGTERM"), ("", "SIGKILL")])
+def test_deletion_stops_the_process_within_the_grace_period(
+    local_cluster: LocalCluster, pod_namespace: str, trap: str, stops_by: str
+) -> None:
+    api = local_cluster.api
+    grace = 3
+    script = f"trap '{trap}' TERM; echo started; while :; do sleep 0.1; done"
+    manifest = pod_manifest("sleeper", ["sh", "-c", script], terminationGracePeriodSeconds=grace)
+    create(api, pod_namespace, "pods", manifest)
+
+    def running_pid() -> int | None:
+        pod = read_pod(api, pod_namespace, "sleeper")
+        statuses = ((pod or {}).get("status") or {}).get("containerStatuses") or []
+        if statuses and "running" in statuses[0]["state"]:
+            return int(statuses[0]["containerID"].removeprefix("localnode://"))
+        return None
+
+    pid = wait_for(running_pid, 30, "the sleeper to run")
+    wait_for(lambda: "started" in local_cluster.logs(pod_namespace, "sleeper"), 10, "its output")
+    began = time.monotonic()
+    api.delete(f"/api/v1/namespaces/{pod_namespace}/pods/sleeper")
+    wait_for(lambda: not os.path.exists(f"/proc/{pid}"), grace + 2, "the process to stop")
+    stopped_after = time.monotonic() - began
+    wait_for(lambda: read_pod(api, pod_namespace, "sleeper") is None, 10, "the pod to be removed")
+    assert stopped_after <= grace + 1
+    if stops_by == "SIGTERM":
+        assert stopped_after < 1.5, f"a SIGTERM handler exits at once, took {stopped_after:.2f} s"
+    else:
+        assert stopped_after >= grace - 0.5, f"SIGKILL only after the grace period: {stopped_after}"
+    print(
+        f"deletion ({stops_by}): process gone {stopped_after:.2f} s after delete, grace {grace} s"
+    )
+
+
+def test_a_pod_waits_for_its_claim_and_the_claim_is_the_shared_directory(
+    local_cluster: LocalCluster, pod_namespace: str
+) -> None:
+    """A pod the node cannot start (a missing claim) waits with the reason, then starts."""
+    api = local_cluster.api
+    manifest = pod_manifest(
+        "claims",
+        ["sh", "-c", "echo -n ok > /pfs/flag; cat /pfs/flag > /dev/termination-log"],
+        volumes=[{"name": "pfs", "persistentVolumeClaim": {"claimName": "pfs"}}],
+        container={"volumeMounts": [{"name": "pfs", "mountPath": "/pfs"}]},
+    )
+    create(api, pod_namespace, "pods", manifest)
+
+    def waiting_message() -> str | None:
+        pod = read_pod(api, pod_namespace, "claims")
+        statuses = ((pod or {}).get("status") or {}).get("containerStatuses") or []
+        if statuses and "waiting" in statuses[0]["state"]:
+            return str(statuses[0]["state"]["waiting"].get("message", ""))
+        return None
+
+    message = wait_for(waiting_message, 30, "the pod to wait for its claim")
+    assert 'persistentvolumeclaim "pfs" not found' in message
+    assert terminated(api, pod_namespace, "claims") is None
+    claim = {"metadata": {"name": "pfs"}, "spec": {"accessModes": ["ReadWriteMany"],
+             "resources": {"requests": {"storage": "1Gi"}}}}  # fmt: skip
+    create(api, pod_namespace, "persistentvolumeclaims", claim)
+    state = wait_terminated(api, pod_namespace, "claims", timeout=30)
+    assert state["message"] == "ok"
+    assert (local_cluster.shared_dir / pod_namespace / "pfs" / "flag").read_text() == "ok"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import shutil
 import sys
 import tempfile
@@ -69,7 +70,8 @@ class LocalCluster:
     `root` holds each node's hostPath tree (`nodes/<node>/host`, its "NVMe"), the shared claim
     tree (`shared/<namespace>/<claim>`, the "PFS"), pod scratch space and container logs. When
     no root is given a temporary one is made and removed on close; a given root is kept (the
-    demo inspects it) except for per-pod scratch space.
+    demo inspects it) except for per-pod scratch space. STABLETRAIN_KEEP_LOGS=1 keeps a
+    temporary root too, for its container logs.
     """
 
     def __init__(
@@ -164,7 +166,9 @@ class LocalCluster:
         if self.network is not None:
             self.network.stop()
             self.network = None
-        if self._owns_root:
+        if self._owns_root and os.environ.get("STABLETRAIN_KEEP_LOGS"):
+            print(f"local node logs kept in {self.root}")
+        elif self._owns_root:
             shutil.rmtree(self.root, ignore_errors=True)
         else:
             for name in self.node_names:

@@ -91,6 +91,7 @@ class ContainerRun:
             *mounts,
             Mount(sandbox.hosts_file, "/etc/hosts"),
             Mount(sandbox.hostname_file, "/etc/hostname"),
+            Mount(sandbox.resolv_conf, "/etc/resolv.conf"),
             Mount(self.termination_log, message_path),
         ]
         spec = {

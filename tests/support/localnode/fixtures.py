@@ -14,6 +14,7 @@ import pytest
 from kubernetes import client
 
 from support.controlplane import ControlPlane
+from support.localnode.api import RawApi
 from support.localnode.cluster import LocalCluster
 from support.localnode.leftovers import find_leftovers, summary
 from support.localnode.registry import CREATED
@@ -29,15 +30,16 @@ def local_cluster(
 
 
 @pytest.fixture
-def pod_namespace(namespace: str, local_cluster: LocalCluster) -> str:
+def pod_namespace(namespace: str, api_client: client.ApiClient) -> str:
     """A fresh namespace that can take pods: kube-controller-manager has made its default
     ServiceAccount (admission rejects pods before that) and its kube-root-ca.crt ConfigMap
     (every service-account token volume projects it)."""
+    api = RawApi(api_client)
     base = f"/api/v1/namespaces/{namespace}"
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        account = local_cluster.api.get(f"{base}/serviceaccounts/default")
-        if account is not None and local_cluster.api.get(f"{base}/configmaps/kube-root-ca.crt"):
+        account = api.get(f"{base}/serviceaccounts/default")
+        if account is not None and api.get(f"{base}/configmaps/kube-root-ca.crt"):
             return namespace
         time.sleep(0.1)
     raise RuntimeError(f"namespace {namespace}: no default ServiceAccount after 30 s")

@@ -115,5 +115,7 @@ class ClusterNetwork:
         sandbox.run("ip", "route", "add", "default", "via", str(self.gateway))
 
     def stop(self) -> None:
-        """The bridge, every pod's port and the host uplink vanish with the namespace."""
+        """The bridge and every pod's port vanish with the namespace; the kernel does that
+        asynchronously, so the one link on the host side is deleted here, at once."""
+        subprocess.run(["ip", "link", "del", self.uplink], capture_output=True, check=False)
         self.holder.stop()

@@ -12,9 +12,29 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from support.localnode.api import Json
-from support.localnode.hosts import Endpoint, hosts_text, pod_hostname, write_in_place
+from support.localnode.hosts import (
+    CLUSTER_DOMAIN,
+    Endpoint,
+    hosts_text,
+    pod_hostname,
+    write_in_place,
+)
 from support.localnode.namespaces import NamespaceHolder
 from support.localnode.network import ClusterNetwork
+
+
+def resolv_conf(namespace: str) -> str:
+    """The kubelet's search path, but no reachable name server: names come from /etc/hosts.
+
+    The host's name server is unreachable from the pod network, and a query to it would hang
+    for its timeout on every lookup /etc/hosts cannot answer (gloo and c10d do reverse lookups
+    of peer addresses); a closed port on the pod's own loopback fails such lookups at once.
+    """
+    return (
+        "nameserver 127.0.0.1\n"
+        f"search {namespace}.svc.{CLUSTER_DOMAIN} svc.{CLUSTER_DOMAIN} {CLUSTER_DOMAIN}\n"
+        "options ndots:5 timeout:1 attempts:1\n"
+    )
 
 
 class PodSandbox:
@@ -24,6 +44,7 @@ class PodSandbox:
         self.hostname = pod_hostname(pod)
         self.hosts_file = pod_dir / "etc-hosts"
         self.hostname_file = pod_dir / "etc-hostname"
+        self.resolv_conf = pod_dir / "etc-resolv.conf"
         self._network = network
         self.address: ipaddress.IPv4Address | None = None
         self.holder = NamespaceHolder(
@@ -34,6 +55,7 @@ class PodSandbox:
             self.address = network.allocate()
             network.attach(self.holder, self.address, port)
             self.hostname_file.write_text(self.hostname + "\n")
+            self.resolv_conf.write_text(resolv_conf(pod["metadata"]["namespace"]))
             self.update_hosts(pod, [])
         except BaseException:
             self.stop()
