@@ -14,6 +14,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +22,31 @@ import pytest
 import yaml
 from kubernetes import client
 
-from stabletrain_operator.api.constants import CRD_NAME, GROUP, PLURAL, VERSION
+from stabletrain_agent.contract.directives import SkipRange
+from stabletrain_agent.contract.inventory import CheckpointRecord, NodeCopy, TierCopy
+from stabletrain_agent.contract.trip import TripReport
+from stabletrain_operator.api.constants import (
+    CRD_NAME,
+    GROUP,
+    PLURAL,
+    VERSION,
+    Action,
+    AnomalyClass,
+    ConditionType,
+    Phase,
+    Reason,
+    Signal,
+)
 from stabletrain_operator.api.crdgen import CRD_PATH, openapi_schema
 from stabletrain_operator.api.schema import apply_defaults
 from stabletrain_operator.api.spec import StableTrainingJobSpec
+from stabletrain_operator.api.status import (
+    Condition,
+    Counters,
+    Plan,
+    RollbackRecord,
+    StableTrainingJobStatus,
+)
 from support.controlplane import ControlPlane
 
 REPO = Path(__file__).resolve().parents[2]
@@ -406,54 +428,107 @@ def test_get_shows_the_printer_columns(
     assert by_category.stdout.strip() == "stabletrainingjob.stabletrain.dev/tiny-gpt"
 
 
-def test_status_fields_the_operator_writes_are_kept(
+def operator_status() -> StableTrainingJobStatus:
+    """A status with every kind of field the operator writes mid-rollback."""
+    now = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
+    skip = SkipRange(first=31_169, last=31_469, shard_ids=("shard-00017",))
+    return StableTrainingJobStatus(
+        observed_generation=1,
+        phase=Phase.PLANNING,
+        conditions=(
+            Condition(
+                type=ConditionType.RECOVERING,
+                status="True",
+                observed_generation=1,
+                last_transition_time=now,
+                reason=Reason.ROLLBACK_STARTED,
+                message="Loss spike at step 31219 (2.32x baseline); rolling back.",
+            ),
+        ),
+        attempt=2,
+        step=31_222,
+        loss=5.1,
+        loss_baseline=2.2,
+        grad_norm=0.9,
+        tokens_per_second=12_345.5,
+        lr_scale=0.5,
+        directives_generation=4,
+        active_skip_ranges=(skip,),
+        skip_ranges_total=1,
+        checkpoints=(
+            CheckpointRecord(
+                step=31_000,
+                attempt=2,
+                stable=True,
+                saved_at=now,
+                pfs=TierCopy(complete=True, verified=True),
+                local=(
+                    NodeCopy(node="node-a", complete=True, verified=True),
+                    NodeCopy(node="node-b", complete=True, verified=False),
+                ),
+            ),
+        ),
+        rollback_history=(
+            RollbackRecord(
+                time=now,
+                action=Action.ROLLBACK,
+                rule="loss-spike",
+                signal=Signal.LOSS_SPIKE,
+                anomaly_class=AnomalyClass.BAD_BATCH,
+                onset_step=30_100,
+                from_step=30_103,
+                to_step=29_500,
+                lr_scale=0.5,
+                skipped=(skip,),
+                attempt=2,
+            ),
+        ),
+        counters=Counters(rollbacks=1, trips=2),
+        plan=Plan(
+            action=Action.ROLLBACK,
+            rule="loss-spike",
+            signal=Signal.LOSS_SPIKE,
+            anomaly_class=AnomalyClass.BAD_BATCH,
+            onset_step=31_219,
+            from_step=31_222,
+            started_at=now,
+            from_attempt=2,
+            next_attempt=3,
+            target_step=31_000,
+            lr_scale=0.25,
+            rewarmup_steps=100,
+            added_skip=(skip,),
+        ),
+        last_trip=TripReport(
+            attempt=2,
+            node="node-a",
+            step=31_222,
+            tripped_at=now,
+            signal=Signal.LOSS_SPIKE,
+            anomaly_class=AnomalyClass.BAD_BATCH,
+            evidence="loss 5.10 is 2.32x its baseline 2.20 for 4 steps",
+            value=5.1,
+            threshold=3.52,
+            onset_step=31_219,
+            last_good_step=31_218,
+            firing=("LossSpike",),
+            inventory=((31_000, 2, 63),),
+            lineage_path="/pfs/lineage/attempt-2/window-31169.jsonl",
+            suspect_shards=("shard-00017",),
+        ),
+        last_manual_request_id="req-1",
+    )
+
+
+def test_status_the_operator_writes_survives_the_server_unchanged(
     control_plane: ControlPlane, crd: str, namespace: str
 ) -> None:
-    """A structural schema prunes undeclared status fields; the rollback plan must survive."""
+    """A structural schema prunes undeclared status fields: every field the operator's model
+    writes (the rollback plan above all) must come back exactly as written."""
     applied = kubectl(control_plane, "apply", "-n", namespace, "-f", str(EXAMPLES / "minimal.yaml"))
     assert applied.returncode == 0, applied.stderr
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    status = {
-        "phase": "Planning",
-        "attempt": 3,
-        "conditions": [
-            {
-                "type": "Recovering",
-                "status": "True",
-                "reason": "RollbackStarted",
-                "message": "loss spike at step 31219",
-                "lastTransitionTime": now,
-                "observedGeneration": 1,
-            },
-        ],
-        "plan": {
-            "action": "Rollback",
-            "rule": "loss-spike",
-            "signal": "LossSpike",
-            "anomalyClass": "BadBatch",
-            "onsetStep": 31219,
-            "fromStep": 31222,
-            "startedAt": now,
-            "fromAttempt": 2,
-            "nextAttempt": 3,
-            "targetStep": 31000,
-            "lrScale": 0.5,
-            "addedSkip": [{"first": 31169, "last": 31469, "unit": "Step"}],
-        },
-        "lastTrip": {
-            "schemaVersion": 1,
-            "attempt": 2,
-            "node": "node-a",
-            "step": 31222,
-            "trippedAt": now,
-            "signal": "LossSpike",
-            "anomalyClass": "BadBatch",
-            "onsetStep": 31219,
-            "inventory": [[31000, 2, 63]],
-            "lineagePath": "/pfs/l",
-        },
-        "lastManualRequestId": "req-1",
-    }
+    written = operator_status()
+    body = {"status": written.model_dump(mode="json", exclude_none=True)}
     patched = kubectl(
         control_plane,
         "patch",
@@ -464,11 +539,10 @@ def test_status_fields_the_operator_writes_are_kept(
         "--subresource=status",
         "--type=merge",
         "-p",
-        json.dumps({"status": status}),
+        json.dumps(body),
     )
     assert patched.returncode == 0, patched.stderr
     read = kubectl(control_plane, "get", "stj", "tiny-gpt", "-n", namespace, "-o", "json")
     stored = json.loads(read.stdout)["status"]
-    documented = apply_defaults(openapi_schema()["properties"]["status"], status)
-    assert without_nulls(stored) == without_nulls(documented)
-    assert stored["lastTrip"]["inventory"] == [[31000, 2, 63]]
+    assert StableTrainingJobStatus.model_validate(stored) == written
+    assert stored == apply_defaults(openapi_schema()["properties"]["status"], body["status"])

@@ -296,8 +296,10 @@ class BudgetsSpec(ApiModel):
     max_restarts: int = Field(default=10, ge=0, le=1000)
     """RestartFromLatest actions before the job fails with RestartBudgetExhausted."""
     cooldown_seconds: int = Field(default=300, ge=0, le=86_400)
-    """Minimum time between two live actions (ReduceLR, Alert) of the same rule, so a signal
-    that keeps firing while a change takes effect does not halve the LR every scrape."""
+    """Minimum time between two live actions (ReduceLR, Alert) of one rule, so a signal that
+    keeps firing while a change takes effect does not halve the LR every scrape. After a
+    Rollback or RestartFromLatest, a scraped (not tripped) signal within this time is the old
+    episode fading and is not acted on; trips, pod failures and NonFinite never wait."""
 
 
 class RecoverySpec(ApiModel):

@@ -8,8 +8,6 @@ long skip lists spill into a ConfigMap whose name is recorded.
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from pydantic import AwareDatetime, Field
 
 from stabletrain_agent.contract.directives import SkipRange
@@ -24,6 +22,8 @@ HISTORY_MAX = 20
 SKIP_RANGES_INLINE_MAX = 64
 """Skip ranges kept inline; beyond this the full list moves to a ConfigMap."""
 INVENTORY_MAX = 64
+SKIP_RANGES_CONFIG_MAP_KEY = "skipRanges.json"
+"""Key of the spilled skip list in the ConfigMap named by skipRangesConfigMap."""
 
 
 class Condition(ApiModel):
@@ -38,7 +38,7 @@ class Condition(ApiModel):
     """True, False or Unknown."""
     observed_generation: int | None = Field(default=None, ge=0)
     """metadata.generation of the spec this condition was computed from."""
-    last_transition_time: datetime
+    last_transition_time: AwareDatetime
     """When status last flipped; unchanged while only reason or message change."""
     reason: str = Field(pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$", max_length=1024)
     """CamelCase reason for the last transition (see Reason)."""
@@ -160,7 +160,8 @@ class StableTrainingJobStatus(ApiModel):
     skip_ranges_total: int = Field(default=0, ge=0)
     """Number of skip ranges in force, inline or in the ConfigMap."""
     skip_ranges_config_map: str | None = Field(default=None, max_length=253)
-    """ConfigMap (same namespace) holding the full list once it outgrew the inline limit."""
+    """ConfigMap (same namespace) holding the full list once it outgrew the inline limit,
+    as a JSON array of SkipRange under the key `skipRanges.json`."""
     checkpoints: tuple[CheckpointRecord, ...] = Field(default=(), max_length=INVENTORY_MAX)
     """Per-step inventory across tiers and nodes, newest last."""
     rollback_history: tuple[RollbackRecord, ...] = Field(default=(), max_length=HISTORY_MAX)
@@ -169,5 +170,7 @@ class StableTrainingJobStatus(ApiModel):
     plan: Plan | None = None
     """The action in flight (phases Stopping, Planning, Relaunching, Confirming)."""
     last_trip: TripReport | None = None
+    """The newest trip report as the pod left it, except that a non-finite value or
+    threshold is stored as null (JSON numbers cannot be NaN)."""
     last_manual_request_id: str | None = Field(default=None, max_length=63)
     """spec.manualRollback.requestId handled last: a request with this id does not run again."""
