@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -14,6 +15,7 @@ from torch import nn
 
 from stabletrain_agent.contract.detection import DetectionConfig, NonFiniteConfig
 from stabletrain_agent.contract.directives import Directives
+from stabletrain_agent.contract.inventory import CheckpointRecord, TierCopy
 from stabletrain_agent.contract.names import Signal
 from stabletrain_agent.contract.trip import parse_termination_message
 from stabletrain_agent.data import Shard, ShardedBatches
@@ -48,6 +50,27 @@ def directives(**detection: Any) -> DirectiveSource:
     return DirectiveSource(
         0, Directives(generation=1, attempt=0, detection=DetectionConfig(**detection))
     )
+
+
+class RecordedCheckpoints:
+    """The manager's trip-time interface, recording what the guard asked of it."""
+
+    def __init__(self) -> None:
+        self.flushed: list[tuple[float, int | None]] = []
+
+    def inventory(self) -> list[CheckpointRecord]:
+        return [
+            CheckpointRecord(
+                step=5,
+                attempt=0,
+                stable=True,
+                saved_at=datetime.now(UTC),
+                pfs=TierCopy(complete=True, verified=True),
+            )
+        ]
+
+    def flush(self, deadline_s: float, before_step: int | None = None) -> None:
+        self.flushed.append((deadline_s, before_step))
 
 
 def params_finite(model: nn.Module) -> bool:
@@ -128,6 +151,7 @@ def test_a_trip_stops_with_the_report_and_the_lineage(tiny_gpt: ModuleType, tmp_
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     batches = token_batches()
     termination = tmp_path / "termination-log"
+    checkpoints = RecordedCheckpoints()
     env = GuardEnv(
         attempt=0, node="node-a", termination_path=termination, lineage_root=tmp_path / "lineage"
     )
@@ -137,7 +161,7 @@ def test_a_trip_stops_with_the_report_and_the_lineage(tiny_gpt: ModuleType, tmp_
         data=batches,
         directives=directives(non_finite=NonFiniteConfig(consecutive_steps=2)),
         guard_env=env,
-        checkpoint_inventory=lambda: ((0, 0, 13),),
+        checkpoints=checkpoints,
     )
 
     def train_with_inf_loss_from_step_6() -> None:
@@ -158,7 +182,8 @@ def test_a_trip_stops_with_the_report_and_the_lineage(tiny_gpt: ModuleType, tmp_
     report = parse_termination_message(termination.read_text())
     assert (report.step, report.onset_step, report.signal) == (7, 6, Signal.NON_FINITE)
     assert report.node == "node-a"
-    assert report.inventory == ((0, 0, 13),)
+    assert report.inventory == ((5, 0, 13),)
+    assert checkpoints.flushed == [(60.0, 6)]
     assert len(termination.read_bytes()) <= 4096
     lineage = json.loads((Path(report.lineage_path) / "rank-0.json").read_text())
     assert [entry["step"] for entry in lineage["steps"]] == list(range(1, 8))

@@ -27,7 +27,7 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -41,7 +41,7 @@ from stabletrain_agent.consensus import Agreed, agree
 from stabletrain_agent.contract import env
 from stabletrain_agent.contract.detection import DetectionConfig
 from stabletrain_agent.contract.directives import DEFAULT_TRIP_ON, Directives, parse_directives
-from stabletrain_agent.contract.inventory import CompactCheckpoint
+from stabletrain_agent.contract.inventory import CheckpointRecord, compact_inventory
 from stabletrain_agent.data import ShardedBatches, skip_list_from_directives
 from stabletrain_agent.directives import DirectiveSource
 from stabletrain_agent.export import AgentExporter
@@ -59,6 +59,14 @@ class DirectiveFeed(Protocol):
     """Where the newest directives known to this process come from; never blocks."""
 
     def latest(self) -> Directives | None: ...
+
+
+class Checkpoints(Protocol):
+    """What a trip needs from the checkpoint manager (checkpoint.CheckpointManager)."""
+
+    def inventory(self) -> Sequence[CheckpointRecord]: ...
+
+    def flush(self, deadline_s: float, before_step: int | None = None) -> object: ...
 
 
 @dataclass(frozen=True)
@@ -99,9 +107,8 @@ class Guard:
         data: ShardedBatches[Any, Any] | None = None,
         directives: DirectiveFeed | None = None,
         exporter: AgentExporter | None = None,
+        checkpoints: Checkpoints | None = None,
         saving: Callable[[], bool] | None = None,
-        checkpoint_inventory: Callable[[], tuple[CompactCheckpoint, ...]] | None = None,
-        flush_checkpoints: Callable[[float], None] | None = None,
         lineage_window: int = 512,
         process_group: dist.ProcessGroup | None = None,
         guard_env: GuardEnv | None = None,
@@ -119,8 +126,7 @@ class Guard:
         self._feed = directives if directives is not None else DirectiveSource.from_env()
         self.exporter = exporter
         self._saving = saving
-        self._inventory = checkpoint_inventory
-        self._flush = flush_checkpoints
+        self._checkpoints = checkpoints
         self._group = process_group
         distributed = dist.is_available() and dist.is_initialized()
         self.rank = dist.get_rank(process_group) if distributed else 0
@@ -238,7 +244,7 @@ class Guard:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore a checkpoint; directives newer than it keep their LR, skips and ramp."""
+        """Restore a checkpoint; the directives in force keep their LR, skips and ramp."""
         if state.get("version") != STATE_VERSION:
             raise ValueError(
                 f"guard state has version {state.get('version')!r}; this agent reads "
@@ -260,8 +266,9 @@ class Guard:
                     f"directives say resume at step {self.applied.resume_step} but the "
                     f"checkpoint loaded is of step {self.global_step}"
                 )
-            if self.applied.generation > int(state["applied_generation"]):
-                self._adopt(self.applied, at_start=True)
+            # The directives are the operator's plan for this attempt, never older than the
+            # checkpoint; the skip ranges must be placed from the cursor just restored.
+            self._adopt(self.applied, at_start=True)
 
     def _clip(self) -> torch.Tensor:
         """The total grad norm, from the same pass that clips (no second pass)."""
@@ -337,18 +344,22 @@ class Guard:
     def _trip(self, verdict: Verdict) -> None:
         lead = verdict.tripping[0]
         lineage_path = self._write_lineage(lead.onset_step)
-        if self._flush is not None:
-            self._flush(CHECKPOINT_FLUSH_SECONDS)
+        records: Sequence[CheckpointRecord] = ()
+        if self._checkpoints is not None:
+            # Copies from before the onset are the rollback targets: get them to the PFS.
+            self._checkpoints.flush(CHECKPOINT_FLUSH_SECONDS, lead.onset_step)
+            records = self._checkpoints.inventory()
         report = build_trip_report(
             verdict,
             attempt=self.env.attempt,
             node=self.env.node,
             last_good_step=self.monitor.last_good_step,
-            inventory=self._inventory() if self._inventory else (),
+            inventory=compact_inventory(records, self.env.node),
             lineage_path=lineage_path,
         )
         tripped = TrainingTripped(report)
         if self.exporter is not None:
+            self.exporter.set_inventory(records)
             self.exporter.record_trip(report)
         if self.env.local_rank == 0:
             if self.env.termination_path is not None:
