@@ -113,13 +113,16 @@ class Directives(ContractModel):
         return self
 
     def lr_multiplier(self, step: int) -> float:
-        """The factor on the scheduled LR at global `step`, re-warm-up included."""
+        """The factor on the scheduled LR for global `step`, re-warm-up included.
+
+        A checkpoint of step S holds the state after S steps, so the first step run after
+        resuming is S + 1: it gets lr_scale / rewarmup_steps, step S + rewarmup_steps and
+        later the full lr_scale.
+        """
         if self.resume_step is None or self.rewarmup_steps == 0:
             return self.lr_scale
-        done = step - self.resume_step
-        if done >= self.rewarmup_steps:
-            return self.lr_scale
-        return self.lr_scale * max(done + 1, 1) / self.rewarmup_steps
+        into_ramp = max(step - self.resume_step, 1)
+        return self.lr_scale * min(into_ramp, self.rewarmup_steps) / self.rewarmup_steps
 
     def to_json(self) -> str:
         return self.model_dump_json()
