@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from stabletrain_agent.contract.detection import DetectionConfig, NonFiniteConfig
-from stabletrain_agent.contract.directives import Directives
+from stabletrain_agent.contract.directives import Directives, SkipRange, SkipUnit
 from stabletrain_agent.contract.inventory import CheckpointRecord, TierCopy
 from stabletrain_agent.contract.names import Signal
 from stabletrain_agent.contract.trip import parse_termination_message
@@ -247,3 +247,63 @@ def test_guard_state_round_trips_the_data_cursor_and_step(tiny_gpt: ModuleType) 
     assert fresh.global_step == 3
     assert torch.equal(next(fresh_batches), expected_next)
     assert not math.isnan(fresh.lr.factor(4))
+
+
+def test_a_rollback_resume_never_reads_the_skipped_steps_or_shards(
+    tiny_gpt: ModuleType, tmp_path: Path
+) -> None:
+    def train(
+        guard: Guard, model: nn.Module, batches: ShardedBatches[Any, Any], steps: int
+    ) -> None:
+        for _ in range(steps):
+            batch = next(batches)
+            model(batch[:, :-1], batch[:, 1:]).backward()
+            guard.step(model(batch[:, :-1], batch[:, 1:]).detach().requires_grad_())
+            guard.optimizer.zero_grad()
+
+    model = tiny_model(tiny_gpt)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    batches = token_batches(batch_size=8)
+    guard = Guard(model, optimizer, data=batches, directives=directives(), guard_env=GuardEnv())
+    train(guard, model, batches, 3)
+    torch.save({"guard": guard.state_dict()}, tmp_path / "step-3.pt")
+    train(guard, model, batches, 4)
+    tripped_window = {entry.step: entry.batch for entry in guard.lineage.window()}
+
+    rollback = Directives(
+        generation=2,
+        attempt=0,
+        resume_step=3,
+        lr_scale=0.5,
+        skip=(
+            SkipRange(first=4, last=5, unit=SkipUnit.STEP),
+            SkipRange(first=0, last=1000, unit=SkipUnit.BATCH, shard_ids=("shard-2",)),
+        ),
+    )
+    resumed_batches = token_batches(batch_size=8)
+    resumed = Guard(
+        model,
+        optimizer,
+        data=resumed_batches,
+        directives=DirectiveSource(0, rollback),
+        guard_env=GuardEnv(),
+    )
+    resumed.load_state_dict(torch.load(tmp_path / "step-3.pt", weights_only=False)["guard"])
+    train(resumed, model, resumed_batches, 20)
+
+    read = list(resumed_batches.read_log)
+    skipped_batches = {tripped_window[4].batch_index, tripped_window[5].batch_index}
+    assert skipped_batches == {3, 4}
+    never = {
+        (r.shard_id, i)
+        for s in (4, 5)
+        for r in tripped_window[s].ranges
+        for i in range(r.start, r.stop)
+    }
+    assert never.isdisjoint((r.shard_id, i) for r in read for i in range(r.start, r.stop))
+    assert all(r.shard_id != "shard-2" for r in read)
+    assert any(r.shard_id == "shard-3" for r in read), "the run never got past shard-2"
+    consumed = [entry.batch.batch_index for entry in resumed.lineage.window()]
+    assert consumed[:3] == [3 + 2, 3 + 3, 3 + 4]
+    assert 3 not in consumed
+    assert 4 not in consumed
