@@ -296,7 +296,7 @@ def test_stopping_a_cluster_leaves_nothing_behind(
     links_before, mounts_before = _links_and_mounts()
     namespaces_before = len(CREATED.namespaces)
     with LocalCluster(api_client, nodes=("node-x",)) as cluster:
-        manifest = pod_manifest("lingers", ["sleep", "3600"], nodeSelector={ON_NODE: "node-x"})
+        manifest = pod_manifest("lingers", ["sleep", "3600"], nodeName="node-x")
         create(cluster.api, pod_namespace, "pods", manifest)
         wait_for(lambda: (read_pod(cluster.api, pod_namespace, "lingers") or {}).get(
             "status", {}).get("phase") == "Running", 30, "the pod to run")  # fmt: skip
