@@ -162,8 +162,16 @@ GO
             go get "helm.sh/helm/v3@$HELM_VERSION" >&2
             go mod tidy -e >/dev/null 2>&1 || true
         fi
-        timed helm go build -tags tools -trimpath \
-            -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" \
+        # As helm's own Makefile does: the Kubernetes version `helm template` and
+        # `helm lint` assume without a cluster is the one of its client-go (unset: v1.20).
+        local client_go minor ldflags major=1  # client-go v0.N goes with Kubernetes v1.N
+        client_go=$(go list -m -f '{{.Version}}' k8s.io/client-go)
+        minor=${client_go#v0.}; minor=${minor%%.*}
+        ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
+        for pkg in helm.sh/helm/v3/pkg/chartutil helm.sh/helm/v3/pkg/lint/rules; do
+            ldflags+=" -X $pkg.k8sVersionMajor=$major -X $pkg.k8sVersionMinor=$minor"
+        done
+        timed helm go build -tags tools -trimpath -ldflags "$ldflags" \
             -o "$bindir/helm.tmp" helm.sh/helm/v3/cmd/helm
     )
     mv "$bindir/helm.tmp" "$bindir/helm"
