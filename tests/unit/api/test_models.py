@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 from typing import Any
 
@@ -123,3 +124,26 @@ def test_manifest_round_trips_through_the_models() -> None:
     parsed = StableTrainingJob.model_validate(copy.deepcopy(full))
     again = StableTrainingJob.model_validate(parsed.model_dump(mode="json"))
     assert again == parsed
+
+
+KEY_LINE = re.compile(r"^(\s*)(- )?([A-Za-z]+):")
+
+
+def test_every_field_of_the_full_example_is_commented() -> None:
+    """Each key outside the pod template's contents has a comment inline or just above it."""
+    lines = (EXAMPLES / "full.yaml").read_text().splitlines()
+    template_indent: int | None = None
+    uncommented = []
+    for index, line in enumerate(lines):
+        match = KEY_LINE.match(line)
+        if not match:
+            continue
+        indent = len(match.group(1)) + (2 if match.group(2) else 0)
+        if template_indent is not None and indent > template_indent:
+            continue
+        template_indent = indent if match.group(3) == "template" else None
+        if indent == 0 or (indent == 2 and match.group(3) in {"name", "spec"}):
+            continue
+        if "#" not in line and not lines[index - 1].lstrip().startswith("#"):
+            uncommented.append(f"{index + 1}: {line.strip()}")
+    assert uncommented == []
