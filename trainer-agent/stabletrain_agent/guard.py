@@ -237,7 +237,6 @@ class Guard:
             "version": STATE_VERSION,
             "global_step": self.global_step,
             "skipped_steps": self.skipped_steps,
-            "applied_generation": self.applied_generation,
             "monitor": self.monitor.state_dict(),
             "lr": self.lr.state_dict(),
             "data": self.data.state_dict() if self.data is not None else None,
