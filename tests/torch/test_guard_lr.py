@@ -163,7 +163,7 @@ def test_rewarmup_ramps_the_scaled_lr_after_a_resume(schedule: str, tmp_path: Pa
     factors = [resumed.step_and_measure_lr(seed=step) / closed_form(step) for step in range(5, 11)]
     assert factors == pytest.approx([0.125, 0.25, 0.375, 0.5, 0.5, 0.5], rel=1e-4)
     assert factors == pytest.approx(
-        [rollback.lr_multiplier(step - 1) for step in range(5, 11)], rel=1e-4
+        [rollback.lr_multiplier(step) for step in range(5, 11)], rel=1e-4
     )
 
 
