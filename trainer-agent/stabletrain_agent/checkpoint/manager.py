@@ -1,0 +1,478 @@
+"""The checkpoint manager a training script uses: async save to the local tier, replication
+to the PFS, verified restore, retention, and the inventory the agent exports.
+
+Sharding across nodes: torch.distributed.checkpoint writes a key held by several ranks only
+once per process group.  Saving over the whole world would leave each node's local tier with
+only part of the replicated (data-parallel) state, so a node could not restore alone.  The
+manager therefore runs DCP over a per-node gloo group: each node's local copy holds all the
+state its ranks need, per-rank state (RNG, data cursor) lives under a per-rank key, and the
+node's part on the PFS is a byte copy of its local copy.  A separate world-wide gloo group is
+used only to agree on the restore step.  Neither group is the training group, so checkpoint
+collectives never interleave with training collectives even while a save runs in the
+background.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+import torch.distributed as dist
+from torch.distributed.checkpoint.filesystem import FileSystemReader, FileSystemWriter
+from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
+from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
+from torch.distributed.checkpoint.state_dict_saver import async_save
+
+from stabletrain_agent.checkpoint.atomic import (
+    copy_file_synced,
+    fsync_dir,
+    make_dirs_durable,
+    remove_tree_durable,
+)
+from stabletrain_agent.checkpoint.commit import commit_copy
+from stabletrain_agent.checkpoint.fence import (
+    StaleAttemptError,
+    advance_fence,
+    check_not_stale,
+)
+from stabletrain_agent.checkpoint.inventory import (
+    VerifyCache,
+    build_records,
+    combined_fence,
+    scan_local,
+    scan_pfs,
+)
+from stabletrain_agent.checkpoint.layout import (
+    MANIFEST_NAME,
+    TEMP_PREFIX,
+    local_copy_dir,
+    local_temp_dir,
+    pfs_part_dir,
+    step_dir,
+)
+from stabletrain_agent.checkpoint.manifest import CheckpointCorruptError, verify_copy
+from stabletrain_agent.checkpoint.replicate import FlushResult, PfsCondition, Replicator
+from stabletrain_agent.checkpoint.retention import RetentionItem, plan_deletions
+from stabletrain_agent.checkpoint.states import Stateful
+from stabletrain_agent.contract import env
+from stabletrain_agent.contract.inventory import CheckpointRecord
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    local_root: Path
+    pfs_root: Path
+    attempt: int
+    node: str
+    keep_local: int = 2
+    keep_pfs: int = 3
+    max_spike_markers: int = 3
+    replication_retry_s: float = 5.0
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] = os.environ) -> CheckpointConfig:
+        """The tier paths, attempt and node name the operator puts into every pod."""
+        missing = [
+            name
+            for name in (env.LOCAL_CHECKPOINT_DIR, env.PFS_CHECKPOINT_DIR, env.ATTEMPT)
+            if not environ.get(name)
+        ]
+        if missing:
+            raise ValueError(f"checkpointing needs the environment variables {missing}")
+        return cls(
+            local_root=Path(environ[env.LOCAL_CHECKPOINT_DIR]),
+            pfs_root=Path(environ[env.PFS_CHECKPOINT_DIR]),
+            attempt=int(environ[env.ATTEMPT]),
+            node=environ.get(env.NODE_NAME) or os.uname().nodename,
+        )
+
+
+@dataclass(frozen=True)
+class RestoreResult:
+    step: int
+    attempt: int
+    source: Literal["local", "pfs"]
+    rejected: tuple[str, ...] = ()
+
+
+@dataclass
+class _Save:
+    step: int
+    meta: dict[str, Any]
+    future: Future[Any]
+    finisher: threading.Thread | None = None
+    error: BaseException | None = None
+    started: float = field(default_factory=time.monotonic)
+
+
+class CheckpointManager:
+    """Save, replicate, restore and report the checkpoints of one training process."""
+
+    def __init__(
+        self,
+        config: CheckpointConfig,
+        app_state: Mapping[str, Stateful],
+        rank_state: Mapping[str, Stateful] | None = None,
+    ) -> None:
+        self.config = config
+        self._app_state = dict(app_state)
+        self._rank_state = dict(rank_state or {})
+        self._distributed = dist.is_available() and dist.is_initialized()
+        self.rank = dist.get_rank() if self._distributed else 0
+        self.world_size = dist.get_world_size() if self._distributed else 1
+        self._world_group: dist.ProcessGroup | None = None
+        self._node_group: dist.ProcessGroup | None = None
+        self.nodes: tuple[str, ...] = (config.node,)
+        self.node_ranks: tuple[int, ...] = (0,)
+        if self._distributed:
+            self._make_groups()
+        self.is_node_leader = self.rank == min(self.node_ranks)
+        self._stager = DefaultStager(StagingOptions(False, False, False, False))
+        self._cache = VerifyCache()
+        self._in_flight: _Save | None = None
+        self._started = False
+        self._protected: tuple[tuple[int, int], ...] = ()
+        self.last_blocking_s = 0.0
+        self.replicator: Replicator | None = None
+        if self.is_node_leader:
+            config.local_root.mkdir(parents=True, exist_ok=True)
+            self.replicator = Replicator(
+                config.local_root,
+                config.pfs_root,
+                config.node,
+                retry_interval_s=config.replication_retry_s,
+                on_error=log.warning,
+            )
+
+    def _make_groups(self) -> None:
+        names: list[str] = [""] * self.world_size
+        dist.all_gather_object(names, self.config.node)
+        self.nodes = tuple(sorted(set(names)))
+        self._world_group = dist.new_group(backend="gloo")
+        for node in self.nodes:  # every rank creates every group, in the same order
+            ranks = [rank for rank, name in enumerate(names) if name == node]
+            group = dist.new_group(ranks=ranks, backend="gloo")
+            if node == self.config.node:
+                self._node_group = group
+                self.node_ranks = tuple(ranks)
+
+    # ----------------------------------------------------------------- save
+
+    def _state(self) -> dict[str, Stateful]:
+        per_rank = {f"rank{self.rank}:{name}": obj for name, obj in self._rank_state.items()}
+        return {**self._app_state, **per_rank}
+
+    def save(
+        self,
+        step: int,
+        *,
+        stable: bool,
+        spike_marker: bool = False,
+        anomalies: Sequence[str] = (),
+        baseline: Mapping[str, float] | None = None,
+    ) -> None:
+        """Snapshot the state now and write it in the background (one save in flight)."""
+        if not self._started:
+            raise RuntimeError("call restore() before the first save: it starts the attempt")
+        self.wait()
+        check_not_stale(self.config.local_root, self.config.attempt)
+        temp = local_temp_dir(self.config.local_root, step, self.config.attempt)
+        began = time.perf_counter()
+        future = async_save(
+            self._state(),
+            storage_writer=FileSystemWriter(temp, sync_files=True, overwrite=True),
+            process_group=self._node_group,
+            async_stager=self._stager,
+            no_dist=not self._distributed,
+        )
+        self.last_blocking_s = time.perf_counter() - began
+        meta = {
+            "stable": stable,
+            "spike_marker": spike_marker,
+            "anomalies": tuple(anomalies),
+            "baseline": dict(baseline or {}),
+        }
+        assert isinstance(future, Future)
+        save = _Save(step, meta, future)
+        save.finisher = threading.Thread(
+            target=self._finish, args=(save,), name=f"stabletrain-ckpt-{step}", daemon=True
+        )
+        save.finisher.start()
+        self._in_flight = save
+
+    def _finish(self, save: _Save) -> None:
+        """After the write: the node leader commits the copy and hands it to replication."""
+        try:
+            save.future.result()
+            if not self.is_node_leader:
+                return
+            temp = local_temp_dir(self.config.local_root, save.step, self.config.attempt)
+            manifest = commit_copy(
+                temp,
+                self.config.local_root,
+                step=save.step,
+                attempt=self.config.attempt,
+                node=self.config.node,
+                nodes=self.nodes,
+                ranks=self.node_ranks,
+                world_size=self.world_size,
+                **save.meta,
+            )
+            final = local_copy_dir(self.config.local_root, save.step, self.config.attempt)
+            self._cache.remember(final, manifest)
+            assert self.replicator is not None
+            self.replicator.submit(save.step, self.config.attempt)
+            self._apply_retention()
+        except BaseException as error:
+            save.error = error
+            log.error("checkpoint of step %d failed: %s", save.step, error)
+
+    def wait(self) -> None:
+        """Block until the in-flight save is committed locally; re-raise its failure."""
+        save, self._in_flight = self._in_flight, None
+        if save is None:
+            return
+        assert save.finisher is not None
+        save.finisher.join()
+        if save.error is not None:
+            raise RuntimeError(f"checkpoint of step {save.step} failed") from save.error
+
+    # -------------------------------------------------------------- restore
+
+    def restore(self, max_step: int | None = None) -> RestoreResult | None:
+        """Load the newest restorable checkpoint at or below `max_step` and start the attempt.
+
+        Each node prefers its verified local copy, else re-seeds it from its verified PFS
+        part; if any node can do neither, every rank moves on to the next older candidate
+        together.  None means nothing restorable exists: the run starts fresh from step 0.
+        """
+        rejected: list[str] = []
+        for step, attempt in self._candidates(max_step):
+            source = self._prepare_copy(step, attempt, rejected) if self.is_node_leader else None
+            if not self._all_ranks_agree(source is not None or not self.is_node_leader):
+                continue
+            self._load(local_copy_dir(self.config.local_root, step, attempt))
+            self._protected = ((step, attempt),)
+            self._begin(step)
+            node_source = self._node_source(source)
+            return RestoreResult(step, attempt, node_source, tuple(rejected))
+        self._begin(0)
+        return None
+
+    def _candidates(self, max_step: int | None) -> list[tuple[int, int]]:
+        fence = combined_fence([self.config.local_root, self.config.pfs_root])
+        keys = {
+            key
+            for key in (
+                *scan_local(self.config.local_root, self.config.node, self._cache),
+                *self._pfs_keys(),
+            )
+            if fence.on_lineage(*key) and (max_step is None or key[0] <= max_step)
+        }
+        if self._distributed:
+            gathered: list[set[tuple[int, int]]] = [set() for _ in range(self.world_size)]
+            dist.all_gather_object(gathered, keys, group=self._world_group)
+            keys = set().union(*gathered)
+        return sorted(keys, reverse=True)
+
+    def _pfs_keys(self) -> list[tuple[int, int]]:
+        try:
+            return list(scan_pfs(self.config.pfs_root, self._cache))
+        except OSError:
+            return []
+
+    def _prepare_copy(
+        self, step: int, attempt: int, rejected: list[str]
+    ) -> Literal["local", "pfs"] | None:
+        local = local_copy_dir(self.config.local_root, step, attempt)
+        if local.is_dir():
+            try:
+                verify_copy(local, step=step, attempt=attempt, node=self.config.node)
+                return "local"
+            except CheckpointCorruptError as error:
+                rejected.append(str(error))
+                remove_tree_durable(local, first=MANIFEST_NAME)
+        part = pfs_part_dir(self.config.pfs_root, step, attempt, self.config.node)
+        try:
+            verify_copy(part, step=step, attempt=attempt, node=self.config.node)
+            self._reseed(part, step, attempt)
+            return "pfs"
+        except (CheckpointCorruptError, OSError) as error:
+            rejected.append(f"PFS part of step {step}: {error}")
+            return None
+
+    def _reseed(self, part: Path, step: int, attempt: int) -> None:
+        """Copy the node's PFS part to its local tier under a temp name, verify, rename."""
+        parent = step_dir(self.config.local_root, step)
+        make_dirs_durable(parent, stop_at=self.config.local_root)
+        temp = parent / f"{TEMP_PREFIX}reseed-{uuid.uuid4().hex}"
+        temp.mkdir()
+        try:
+            for source in sorted(part.iterdir()):
+                copy_file_synced(source, temp / source.name)
+            fsync_dir(temp)
+            verify_copy(temp, step=step, attempt=attempt, node=self.config.node)
+            os.rename(temp, local_copy_dir(self.config.local_root, step, attempt))
+            fsync_dir(parent)
+        finally:
+            shutil.rmtree(temp, ignore_errors=True)
+
+    def _all_ranks_agree(self, ok: bool) -> bool:
+        if not self._distributed:
+            return ok
+        flag = torch.tensor([1 if ok else 0], dtype=torch.int32)
+        dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=self._world_group)
+        return bool(flag.item())
+
+    def _node_source(self, source: Literal["local", "pfs"] | None) -> Literal["local", "pfs"]:
+        """Every rank reports the copy its node leader chose."""
+        if not self._distributed:
+            assert source is not None
+            return source
+        sources: list[str | None] = [None] * self.world_size
+        dist.all_gather_object(sources, source, group=self._world_group)
+        return "local" if sources[min(self.node_ranks)] == "local" else "pfs"
+
+    def _load(self, directory: Path) -> None:
+        dcp_load(
+            self._state(),
+            storage_reader=FileSystemReader(directory),
+            process_group=self._node_group,
+            no_dist=not self._distributed,
+        )
+
+    def _begin(self, resume_step: int) -> None:
+        """Record this attempt's start in the fences: from now on older attempts are fenced."""
+        if self.is_node_leader:
+            advance_fence(self.config.local_root, self.config.attempt, resume_step)
+            self._sweep_partial_saves()
+            try:
+                if self.config.pfs_root.is_dir():
+                    advance_fence(self.config.pfs_root, self.config.attempt, resume_step)
+            except OSError as error:
+                log.warning("cannot record attempt start on the PFS: %s", error)
+        self._started = True
+
+    def _sweep_partial_saves(self) -> None:
+        """Remove what killed writers left under temporary names on this node's tiers.
+
+        Runs when the attempt starts, before this node writes anything, so every temporary
+        directory on the local tier belongs to a dead process; on the PFS only this node's
+        own replication leftovers are touched (other nodes may be replicating right now).
+        """
+        for step_path in self.config.local_root.glob("step-*"):
+            for leftover in step_path.glob(f"{TEMP_PREFIX}*"):
+                shutil.rmtree(leftover, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            pattern = f"step-*/attempt-*/{TEMP_PREFIX}node-{self.config.node}-*"
+            for leftover in self.config.pfs_root.glob(pattern):
+                shutil.rmtree(leftover, ignore_errors=True)
+
+    # ----------------------------------------------------- inventory, flush
+
+    def inventory(self) -> list[CheckpointRecord]:
+        """This node's view: its local tier and the PFS (run's completeness per step)."""
+        fence = combined_fence([self.config.local_root, self.config.pfs_root])
+        local = scan_local(self.config.local_root, self.config.node, self._cache)
+        try:
+            pfs = scan_pfs(self.config.pfs_root, self._cache)
+        except OSError:
+            pfs = {}
+        return build_records(self.config.node, local, pfs, fence)
+
+    @property
+    def pfs_condition(self) -> PfsCondition:
+        return self.replicator.condition if self.replicator else PfsCondition()
+
+    def flush(self, deadline_s: float, before_step: int | None = None) -> FlushResult:
+        """On a trip: finish the save in flight and replicate copies older than the onset."""
+        end = time.monotonic() + deadline_s
+        save = self._in_flight
+        if save is not None and save.finisher is not None:
+            save.finisher.join(timeout=max(0.0, end - time.monotonic()))
+        if self.replicator is None:
+            return FlushResult((), (), False)
+        return self.replicator.flush(max(0.0, end - time.monotonic()), before_step)
+
+    # ------------------------------------------------------------ retention
+
+    def _apply_retention(self) -> None:
+        """Node leader: trim this node's local copies and its own parts on the PFS.
+
+        The checkpoint this attempt restored from is protected: it is the rollback target
+        the operator chose, and the only one known good before this attempt's saves.
+        """
+        protected = self._protected
+        try:
+            check_not_stale(self.config.local_root, self.config.attempt)
+        except StaleAttemptError:
+            return
+        fence = combined_fence([self.config.local_root, self.config.pfs_root])
+        local = scan_local(self.config.local_root, self.config.node, self._cache)
+        items = [
+            RetentionItem(s, a, c.manifest.stable, c.manifest.spike_marker, fence.on_lineage(s, a))
+            for (s, a), c in local.items()
+            if c.manifest is not None
+        ]
+        for step, attempt in plan_deletions(
+            items,
+            keep=self.config.keep_local,
+            max_spike_markers=self.config.max_spike_markers,
+            protected=protected,
+        ):
+            if self.replicator is not None:
+                self.replicator.forget(step, attempt)
+            remove_tree_durable(
+                local_copy_dir(self.config.local_root, step, attempt), first=MANIFEST_NAME
+            )
+        self._trim_pfs(protected)
+
+    def _trim_pfs(self, protected: Sequence[tuple[int, int]]) -> None:
+        try:
+            pfs = scan_pfs(self.config.pfs_root, self._cache)
+            check_not_stale(self.config.pfs_root, self.config.attempt)
+        except (OSError, StaleAttemptError):
+            return
+        fence = combined_fence([self.config.pfs_root])
+        items = []
+        for (step, attempt), check in pfs.items():
+            manifest = check.any_manifest
+            if manifest is not None and self.config.node in check.parts:
+                on = fence.on_lineage(step, attempt)
+                items.append(
+                    RetentionItem(step, attempt, manifest.stable, manifest.spike_marker, on)
+                )
+        for step, attempt in plan_deletions(
+            items,
+            keep=self.config.keep_pfs,
+            max_spike_markers=self.config.max_spike_markers,
+            protected=protected,
+        ):
+            try:
+                remove_tree_durable(
+                    pfs_part_dir(self.config.pfs_root, step, attempt, self.config.node),
+                    first=MANIFEST_NAME,
+                )
+            except OSError as error:
+                log.warning("cannot trim PFS step %d: %s", step, error)
+
+    def close(self) -> None:
+        """Finish the save in flight and stop the replication thread (pending copies wait)."""
+        try:
+            self.wait()
+        finally:
+            if self.replicator is not None:
+                self.replicator.close()
