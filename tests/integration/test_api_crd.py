@@ -296,6 +296,11 @@ MALFORMED: list[tuple[str, Mutation, list[str]]] = [
         put("recovery.escalation", {"finalAction": "Panic"}),
         ["spec.recovery.escalation.finalAction", "Unsupported value"],
     ),
+    (
+        "escalation ending in another rollback",
+        put("recovery.escalation", {"finalAction": "Rollback"}),
+        ["spec.recovery.escalation.finalAction", 'supported values: "Fail", "Alert"'],
+    ),
     ("suspend as a word", put("suspend", "yes"), ["spec.suspend", "boolean"]),
     (
         "manual rollback without request id",

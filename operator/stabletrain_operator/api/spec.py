@@ -8,7 +8,7 @@ the operator builds itself.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Self
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import AfterValidator, ConfigDict, Field, WithJsonSchema, model_validator
 
@@ -283,7 +283,7 @@ class EscalationSpec(ApiModel):
     max_recurrences: int = Field(default=2, ge=0, le=100)
     """Recurrences handled by a harder rollback (an older checkpoint, the LR factor applied
     again, the skip range doubled) before the final action."""
-    final_action: Action = Action.FAIL
+    final_action: Literal[Action.FAIL, Action.ALERT] = Action.FAIL
     """Fail (default) or Alert (keep the run going without further automatic changes)."""
 
 
