@@ -183,6 +183,7 @@ def test_a_trip_stops_with_the_report_and_the_lineage(tiny_gpt: ModuleType, tmp_
     assert (report.step, report.onset_step, report.signal) == (7, 6, Signal.NON_FINITE)
     assert report.node == "node-a"
     assert report.inventory == ((5, 0, 13),)
+    assert report.suspect_shards == ("shard-0",)
     assert checkpoints.flushed == [(60.0, 6)]
     assert len(termination.read_bytes()) <= 4096
     lineage = json.loads((Path(report.lineage_path) / "rank-0.json").read_text())

@@ -136,6 +136,16 @@ def test_nan_on_one_rank_stops_both_at_that_step_with_the_report(
     assert report.attempt == 0
     assert "NonFinite" in report.firing
     assert len(job.termination.read_bytes()) <= 4096
+    # Step 7 read global batch 6 (samples 48-55 of 4-sample shards: rank 0 shard-12, rank 1
+    # shard-13); steps 6 and 5 read batches 5 and 4, two steps before the onset at most.
+    assert report.suspect_shards == (
+        "shard-12",
+        "shard-13",
+        "shard-10",
+        "shard-11",
+        "shard-8",
+        "shard-9",
+    )
     lineage_dir = Path(report.lineage_path)
     windows = {rank: json.loads((lineage_dir / f"rank-{rank}.json").read_text()) for rank in (0, 1)}
     assert [s["step"] for s in windows[0]["steps"]] == list(range(1, 8))
@@ -143,7 +153,8 @@ def test_nan_on_one_rank_stops_both_at_that_step_with_the_report(
         (w["steps"][-1]["batchIndex"], w["steps"][-1]["ranges"]) for w in windows.values()
     ]
     assert ranks_batches[0][0] == ranks_batches[1][0] == 6
-    assert ranks_batches[0][1] != ranks_batches[1][1]
+    assert ranks_batches[0][1] == [{"shardId": "shard-12", "start": 0, "stop": 4}]
+    assert ranks_batches[1][1] == [{"shardId": "shard-13", "start": 0, "stop": 4}]
 
 
 def test_live_reduce_lr_takes_effect_on_both_ranks_at_the_same_step(

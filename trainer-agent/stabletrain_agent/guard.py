@@ -45,7 +45,7 @@ from stabletrain_agent.contract.inventory import CheckpointRecord, compact_inven
 from stabletrain_agent.data import ShardedBatches, skip_list_from_directives
 from stabletrain_agent.directives import DirectiveSource
 from stabletrain_agent.export import AgentExporter
-from stabletrain_agent.lineage import LineageRing, lineage_dir, write_window
+from stabletrain_agent.lineage import LineageRing, lineage_dir, suspect_shards, write_window
 from stabletrain_agent.lr import LrScale
 from stabletrain_agent.signals.monitor import SignalMonitor, StepObservation, Verdict
 from stabletrain_agent.trip import TrainingTripped, build_trip_report, write_termination_message
@@ -340,6 +340,19 @@ class Guard:
         write_window(directory, self.rank, onset_step, self.lineage.window())
         return str(directory)
 
+    def _suspect_shards_of_all_ranks(self, onset_step: int) -> tuple[str, ...]:
+        """Every rank read other shards; all ranks are here at the same step, so gather."""
+        mine = suspect_shards(self.lineage.window(), onset_step)
+        gathered: list[list[tuple[int, str]] | None] = [mine]
+        if dist.is_available() and dist.is_initialized():
+            gathered = [None] * dist.get_world_size(self._group)
+            dist.all_gather_object(gathered, mine, self._group)
+        closest: dict[str, int] = {}
+        for pairs in gathered:
+            for distance, shard in pairs or ():
+                closest[shard] = min(distance, closest.get(shard, distance))
+        return tuple(shard for _, shard in sorted((d, s) for s, d in closest.items()))
+
     def _trip(self, verdict: Verdict) -> None:
         lead = verdict.tripping[0]
         lineage_path = self._write_lineage(lead.onset_step)
@@ -355,6 +368,7 @@ class Guard:
             last_good_step=self.monitor.last_good_step,
             inventory=compact_inventory(records, self.env.node),
             lineage_path=lineage_path,
+            suspect_shards=self._suspect_shards_of_all_ranks(lead.onset_step),
         )
         tripped = TrainingTripped(report)
         if self.exporter is not None:

@@ -19,6 +19,9 @@ from stabletrain_agent.data import BatchLineage
 
 DEFAULT_WINDOW = 512
 """Steps kept: covers PaLM-style skip windows (200-500 batches) around an onset."""
+SUSPECT_LEAD_STEPS = 2
+"""Steps before the onset whose data is suspect too: a bad batch can take a step or two
+to show in the loss (its gradient lands in the weights, the next batch pays for it)."""
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,23 @@ class LineageRing:
 
     def window(self) -> list[StepLineage]:
         return list(self._steps)
+
+
+def suspect_shards(steps: list[StepLineage], onset_step: int) -> list[tuple[int, str]]:
+    """Shards read from shortly before the onset on, as ``(steps from the onset, shard)``.
+
+    Closest to the onset first; each shard once, at its closest step.
+    """
+    closest: dict[str, int] = {}
+    for entry in steps:
+        if entry.step < onset_step - SUSPECT_LEAD_STEPS:
+            continue
+        distance = abs(entry.step - onset_step)
+        for sample_range in entry.batch.ranges:
+            known = closest.get(sample_range.shard_id)
+            if known is None or distance < known:
+                closest[sample_range.shard_id] = distance
+    return sorted((distance, shard) for shard, distance in closest.items())
 
 
 def lineage_dir(root: Path, attempt: int, onset_step: int) -> Path:

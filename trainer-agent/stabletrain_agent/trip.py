@@ -14,7 +14,12 @@ from pathlib import Path
 
 from stabletrain_agent.contract.inventory import CompactCheckpoint
 from stabletrain_agent.contract.names import AnomalyClass
-from stabletrain_agent.contract.trip import EVIDENCE_MAX, TripReport, render_termination_message
+from stabletrain_agent.contract.trip import (
+    EVIDENCE_MAX,
+    SUSPECT_SHARDS_MAX,
+    TripReport,
+    render_termination_message,
+)
 from stabletrain_agent.signals.monitor import Finding, Verdict
 
 TRIP_EXIT_CODE = 3
@@ -43,6 +48,7 @@ def build_trip_report(
     last_good_step: int | None,
     inventory: tuple[CompactCheckpoint, ...],
     lineage_path: str,
+    suspect_shards: tuple[str, ...] = (),
 ) -> TripReport:
     """The contract's report for a tripping verdict; the first tripping finding leads."""
     if not verdict.tripping:
@@ -64,6 +70,8 @@ def build_trip_report(
         firing=firing[:16],
         inventory=inventory,
         lineage_path=lineage_path,
+        suspect_shards=suspect_shards[:SUSPECT_SHARDS_MAX],
+        suspect_shards_omitted=max(0, len(suspect_shards) - SUSPECT_SHARDS_MAX),
     )
 
 

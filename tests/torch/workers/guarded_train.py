@@ -28,6 +28,8 @@ from stabletrain_agent.trip import TrainingTripped
 
 BLOCK = 16
 VOCAB = 32
+SHARD_SAMPLES = 4
+"""Small shards, so each rank's slice of a batch comes from a shard of its own."""
 SYNC_POINTS = ("item", "__bool__", "__float__", "__int__", "__index__", "tolist", "cpu", "numpy")
 
 
@@ -62,7 +64,7 @@ class Syncs:
 
 def read(shard_id: str, start: int, stop: int) -> torch.Tensor:
     generator = torch.Generator().manual_seed(int(shard_id.split("-")[1]))
-    return torch.randint(0, VOCAB, (64, BLOCK + 1), generator=generator)[start:stop]
+    return torch.randint(0, VOCAB, (SHARD_SAMPLES, BLOCK + 1), generator=generator)[start:stop]
 
 
 def main() -> None:
@@ -82,7 +84,7 @@ def main() -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0 / (1.0 + 0.01 * s))
     batches = ShardedBatches(
-        [Shard(f"shard-{i}", 64) for i in range(4)],
+        [Shard(f"shard-{i}", SHARD_SAMPLES) for i in range(16)],
         read,
         torch.cat,
         batch_size=4,
