@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch import nn
 
-from stabletrain_agent.contract.detection import DetectionConfig, NonFiniteConfig
+from stabletrain_agent.contract.detection import BaselineConfig, DetectionConfig, NonFiniteConfig
 from stabletrain_agent.contract.directives import Directives, SkipRange, SkipUnit
 from stabletrain_agent.contract.inventory import CheckpointRecord, TierCopy
 from stabletrain_agent.contract.names import Signal
@@ -308,3 +308,77 @@ def test_a_rollback_resume_never_reads_the_skipped_steps_or_shards(
     assert consumed[:3] == [3 + 2, 3 + 3, 3 + 4]
     assert 3 not in consumed
     assert 4 not in consumed
+
+
+def test_a_sustained_loss_spike_trips_at_its_fourth_step_with_the_onset(
+    tiny_gpt: ModuleType, tmp_path: Path
+) -> None:
+    model = tiny_model(tiny_gpt)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    batches = token_batches()
+    termination = tmp_path / "termination-log"
+    env = GuardEnv(termination_path=termination, lineage_root=tmp_path / "lineage")
+    quick_baseline = BaselineConfig(warmup_steps=5, min_samples=5)
+    guard = Guard(
+        model,
+        optimizer,
+        data=batches,
+        directives=directives(baseline=quick_baseline),
+        guard_env=env,
+    )
+
+    def train_with_tripled_loss_from_step_20() -> None:
+        for step in range(1, 60):
+            batch = next(batches)
+            loss = model(batch[:, :-1], batch[:, 1:])
+            if step >= 20:
+                loss = loss * 3.0
+            loss.backward()
+            guard.step(loss)
+            optimizer.zero_grad()
+
+    with pytest.raises(TrainingTripped) as tripped:
+        train_with_tripled_loss_from_step_20()
+    report = tripped.value.report
+    assert (report.signal, report.step, report.onset_step) == (Signal.LOSS_SPIKE, 23, 20)
+    assert report.last_good_step == 19
+    assert report.value is not None
+    assert report.threshold is not None
+    assert report.value >= report.threshold
+    assert parse_termination_message(termination.read_text()) == report
+    lineage = json.loads((Path(report.lineage_path) / "rank-0.json").read_text())
+    assert lineage["onsetStep"] == 20
+    assert lineage["steps"][-1]["step"] == 23
+
+
+def test_a_live_threshold_directive_changes_what_trips_from_the_next_step(
+    tiny_gpt: ModuleType,
+) -> None:
+    model = tiny_model(tiny_gpt)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    batches = token_batches()
+    strict = DetectionConfig(non_finite=NonFiniteConfig(consecutive_steps=1))
+    source = DirectiveSource(0, Directives(generation=1, attempt=0, detection=strict))
+    guard = Guard(model, optimizer, data=batches, directives=source, guard_env=GuardEnv())
+    generations = []
+    for step in range(1, 9):
+        if step == 3:
+            offered = source.offer(
+                Directives(generation=2, attempt=0, detection=strict, trip_on=("LossSpike",))
+            )
+            assert offered.applied_generation == 2
+            assert source.offer(Directives(generation=1, attempt=0)).applied_generation == 2
+        batch = next(batches)
+        loss = model(batch[:, :-1], batch[:, 1:])
+        if step == 5:
+            loss = loss * float("nan")
+        loss.backward()
+        verdict = guard.step(loss)
+        optimizer.zero_grad()
+        generations.append(guard.applied_generation)
+        if step == 5:
+            assert not verdict.trip
+            assert [f.signal for f in verdict.findings] == [Signal.NON_FINITE]
+    assert generations == [1, 1, 2, 2, 2, 2, 2, 2]
+    assert guard.skipped_steps == 1
+    assert params_finite(model)
