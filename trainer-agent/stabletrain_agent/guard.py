@@ -1,15 +1,19 @@
 """The torch side of the agent: one call per step that watches, protects and obeys.
 
-Three lines in a plain PyTorch loop (or under torchrun, with DDP or without)::
+Three lines in a plain PyTorch loop (or under torchrun, with DDP or without; create it
+after ``init_process_group``)::
 
-    guard = Guard(model, optimizer, scheduler=scheduler, data=batches)  # 1
+    guard = Guard.from_env(model, optimizer, scheduler=scheduler, data=batches)  # 1
     for inputs, targets in batches:
         loss = model(inputs, targets)
         loss.backward()
-        guard.step(loss, tokens=inputs.numel())  # 2: clip, optimizer.step, scheduler.step
+        guard.step(loss, tokens=inputs.numel())  # 2: replaces clip, optimizer.step, scheduler.step
         optimizer.zero_grad()
-        if step % 100 == 0:
+        if guard.global_step % 100 == 0:
             torch.save({..., "guard": guard.state_dict()}, path)  # 3
+
+``Guard.from_env`` reads the pod's directives and paths and, on local rank 0, serves
+/metrics, /v1/status and the live-directive PUT; ``Guard(...)`` takes each part explicitly.
 
 ``guard.step`` clips and measures the grad norm in one pass, agrees with the other ranks
 through one all-reduce and one host read (see consensus.py), asks the torch-free monitor
