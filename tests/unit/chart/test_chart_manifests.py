@@ -1,0 +1,305 @@
+"""What `helm template` renders: least-privilege RBAC, restricted pod security, probes that
+point at kopf's liveness endpoint, the HA switch, the NetworkPolicy's port arithmetic, and
+alert and dashboard queries that name series the agent really exports."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.exposition import generate_latest
+
+from stabletrain_agent.contract import env
+from stabletrain_agent.directives import DirectiveSource
+from stabletrain_agent.export import AgentExporter
+from stabletrain_operator import naming
+from support.chart import ALL_ON_VALUES, CHART, Manifest, Rendered, render
+
+CLUSTER_ALL_ON, NAMESPACED_ALL_ON = ALL_ON_VALUES
+VARIANTS = {
+    "defaults": (),
+    "cluster-all-on": (CLUSTER_ALL_ON,),
+    "namespaced-all-on": (NAMESPACED_ALL_ON,),
+}
+RBAC_KINDS = ("ClusterRole", "Role")
+
+
+@pytest.fixture(scope="module", params=sorted(VARIANTS))
+def rendered(request: pytest.FixtureRequest) -> Rendered:
+    return render(values_files=VARIANTS[request.param])
+
+
+def rules(rendered: Rendered) -> list[dict[str, Any]]:
+    return [
+        rule for kind in RBAC_KINDS for role in rendered.of_kind(kind) for rule in role["rules"]
+    ]
+
+
+def pod_spec(rendered: Rendered) -> dict[str, Any]:
+    spec: dict[str, Any] = rendered.one("Deployment")["spec"]["template"]["spec"]
+    return spec
+
+
+def container(rendered: Rendered) -> dict[str, Any]:
+    (operator,) = pod_spec(rendered)["containers"]
+    found: dict[str, Any] = operator
+    return found
+
+
+# --- RBAC ---------------------------------------------------------------------------------
+
+
+def test_rbac_has_no_wildcards(rendered: Rendered) -> None:
+    found = rules(rendered)
+    assert found
+    for rule in found:
+        for field in ("apiGroups", "resources", "verbs", "resourceNames"):
+            assert "*" not in rule.get(field, []), rule
+
+
+def test_secrets_can_only_be_created(rendered: Rendered) -> None:
+    """The live-directive token is the only Secret the operator deals with: it creates it
+    and never reads any Secret back (no get, list or watch)."""
+    secret_rules = [r for r in rules(rendered) if "secrets" in r["resources"]]
+    assert secret_rules
+    for rule in secret_rules:
+        assert rule["apiGroups"] == [""]
+        assert rule["resources"] == ["secrets"]
+        assert rule["verbs"] == ["create"]
+
+
+def test_every_rbac_rule_is_commented_with_its_reason(rendered: Rendered) -> None:
+    lines = rendered.text.splitlines()
+    rule_lines = [i for i, line in enumerate(lines) if line.lstrip().startswith("- apiGroups:")]
+    assert len(rule_lines) == len(rules(rendered))
+    uncommented = [lines[i] for i in rule_lines if not lines[i - 1].lstrip().startswith("#")]
+    assert uncommented == []
+
+
+def test_cluster_mode_is_one_cluster_role_bound_to_the_chart_service_account() -> None:
+    out = render()
+    assert out.of_kind("Role") == []
+    assert out.of_kind("RoleBinding") == []
+    role, binding = out.one("ClusterRole"), out.one("ClusterRoleBinding")
+    account = out.one("ServiceAccount")["metadata"]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": account["name"], "namespace": account["namespace"]}
+    ]
+    crd_rules = [r for r in role["rules"] if r["apiGroups"] == ["apiextensions.k8s.io"]]
+    assert crd_rules == [
+        {
+            "apiGroups": ["apiextensions.k8s.io"],
+            "resources": ["customresourcedefinitions"],
+            "verbs": ["list", "watch"],
+        }
+    ]
+
+
+def test_namespaced_mode_has_no_cluster_wide_permission() -> None:
+    out = render(sets=["watchNamespaces={team-a,team-b}"])
+    assert out.of_kind("ClusterRole") == []
+    assert out.of_kind("ClusterRoleBinding") == []
+    assert sorted(r["metadata"]["namespace"] for r in out.of_kind("Role")) == ["team-a", "team-b"]
+    for binding in out.of_kind("RoleBinding"):
+        assert binding["subjects"][0]["namespace"] == "stabletrain-system"
+    args = container(out)["args"]
+    assert "--namespace=team-a" in args
+    assert "--namespace=team-b" in args
+    assert "--all-namespaces" not in args
+
+
+def test_peering_objects_are_patched_only_by_name() -> None:
+    for values in ALL_ON_VALUES:
+        out = render(values_files=(values,))
+        peering_rules = [r for r in rules(out) if r["apiGroups"] == ["kopf.dev"]]
+        writes = [r for r in peering_rules if "patch" in r["verbs"]]
+        assert writes
+        peering_names = {p["metadata"]["name"] for p in out.hooks()}
+        for rule in writes:
+            assert set(rule["resourceNames"]) == peering_names
+
+
+# --- the Deployment -----------------------------------------------------------------------
+
+
+def test_restricted_pod_security(rendered: Rendered) -> None:
+    pod = pod_spec(rendered)
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] != 0
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    context = container(rendered)["securityContext"]
+    assert context["allowPrivilegeEscalation"] is False
+    assert context["readOnlyRootFilesystem"] is True
+    assert context["capabilities"] == {"drop": ["ALL"]}
+    assert all("hostPath" not in volume for volume in pod["volumes"])
+
+
+def test_probes_reach_the_kopf_liveness_endpoint(rendered: Rendered) -> None:
+    operator = container(rendered)
+    ports = {port["name"]: port["containerPort"] for port in operator["ports"]}
+    (liveness,) = [a for a in operator["args"] if a.startswith("--liveness=")]
+    for probe in (operator["livenessProbe"], operator["readinessProbe"]):
+        http = probe["httpGet"]
+        assert liveness == f"--liveness=http://0.0.0.0:{ports[http['port']]}{http['path']}"
+
+
+def test_metrics_service_targets_the_metrics_port(rendered: Rendered) -> None:
+    service = rendered.one("Service")
+    (port,) = service["spec"]["ports"]
+    assert port["targetPort"] in {p["name"] for p in container(rendered)["ports"]}
+    template_labels = rendered.one("Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= template_labels.items()
+
+
+def test_one_replica_recreates_and_runs_standalone() -> None:
+    deployment = render().one("Deployment")
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    operator = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert operator["command"] == ["kopf"]
+    assert "--standalone" in operator["args"]
+    assert not any(a.startswith("--peering") for a in operator["args"])
+
+
+def test_ha_replicas_peer_under_a_random_priority() -> None:
+    out = render(values_files=(CLUSTER_ALL_ON,))
+    deployment = out.one("Deployment")
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["strategy"]["type"] == "RollingUpdate"
+    operator = deployment["spec"]["template"]["spec"]["containers"][0]
+    (peering,) = [a for a in operator["args"] if a.startswith("--peering=")]
+    (hook,) = out.hooks()
+    assert hook["kind"] == "ClusterKopfPeering"
+    assert peering == f"--peering={hook['metadata']['name']}"
+    assert operator["command"][:2] == ["/bin/sh", "-c"]
+    assert "--priority=" in operator["command"][2]
+    assert out.one("PodDisruptionBudget")["spec"]["minAvailable"] == 1
+    crd = out.one("CustomResourceDefinition")
+    assert crd["metadata"]["name"] == "clusterkopfpeerings.kopf.dev"
+    assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+
+
+def test_namespaced_ha_peers_in_every_watched_namespace() -> None:
+    out = render(values_files=(NAMESPACED_ALL_ON,))
+    hooks = out.hooks()
+    assert sorted((h["kind"], h["metadata"]["namespace"]) for h in hooks) == [
+        ("KopfPeering", "team-a"),
+        ("KopfPeering", "team-b"),
+    ]
+    assert out.one("CustomResourceDefinition")["spec"]["scope"] == "Namespaced"
+
+
+# --- NetworkPolicy ------------------------------------------------------------------------
+
+
+def test_agent_port_is_open_only_to_the_operator_and_prometheus() -> None:
+    out = render(values_files=(CLUSTER_ALL_ON,))
+    (policy,) = out.of_kind("NetworkPolicy")
+    assert policy["metadata"]["namespace"] == "stabletrain-system"
+    agent_rule, workers_rule, extra = policy["spec"]["ingress"]
+    assert agent_rule["ports"] == [{"protocol": "TCP", "port": env.DEFAULT_AGENT_PORT}]
+    operator_peer, prometheus_peer = agent_rule["from"]
+    operator_labels = out.one("Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert operator_peer["podSelector"]["matchLabels"].items() <= operator_labels.items()
+    assert prometheus_peer["podSelector"] == {
+        "matchLabels": {"app.kubernetes.io/name": "prometheus"}
+    }
+    assert workers_rule["ports"] == [
+        {"protocol": "TCP", "port": 1, "endPort": env.DEFAULT_AGENT_PORT - 1},
+        {"protocol": "TCP", "port": env.DEFAULT_AGENT_PORT + 1, "endPort": 65535},
+    ]
+    assert extra["ports"] == [{"port": 6006, "protocol": "TCP"}]
+
+
+def test_agent_selector_uses_the_operators_job_label() -> None:
+    out = render(values_files=(NAMESPACED_ALL_ON,))
+    policies = out.of_kind("NetworkPolicy")
+    assert sorted(p["metadata"]["namespace"] for p in policies) == ["team-a", "team-b"]
+    expected = {"matchExpressions": [{"key": naming.JOB_LABEL, "operator": "Exists"}]}
+    for policy in policies:
+        assert policy["spec"]["podSelector"] == expected
+    monitor = out.one("PodMonitor")
+    assert monitor["spec"]["selector"] == expected
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["team-a", "team-b"]}
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    assert endpoint["portNumber"] == env.DEFAULT_AGENT_PORT
+
+
+@pytest.mark.parametrize("port", [1, 65535])
+def test_agent_port_at_either_end_leaves_one_worker_range(port: int) -> None:
+    out = render(sets=["networkPolicy.enabled=true", f"agent.port={port}"])
+    (policy,) = out.of_kind("NetworkPolicy")
+    (workers,) = policy["spec"]["ingress"][1:]
+    low, high = (2, 65535) if port == 1 else (1, 65534)
+    assert workers["ports"] == [{"protocol": "TCP", "port": low, "endPort": high}]
+
+
+# --- alerts and dashboard name real series ------------------------------------------------
+
+SERIES = re.compile(r"\bstabletrain_[a-z0-9_]+")
+JOB_SERIES_LABEL = "stabletrain_job"
+"""The label the PodMonitor's relabeling gives agent series; queries group by it."""
+
+
+def agent_series() -> set[str]:
+    exporter = AgentExporter(source=DirectiveSource(attempt=0), token="t", node="n", node_rank=0)
+    exposition = generate_latest(exporter.registry).decode()
+    return {line.split("{")[0].split(" ")[0] for line in exposition.splitlines() if line[:1] != "#"}
+
+
+def queried_series() -> set[str]:
+    out = render(values_files=(CLUSTER_ALL_ON,))
+    rule = out.one("PrometheusRule")
+    exprs = [r["expr"] for group in rule["spec"]["groups"] for r in group["rules"]]
+    dashboard = json.loads((CHART / "dashboards" / "stabletrain-jobs.json").read_text())
+    exprs += [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+    exprs += [a["expr"] for a in dashboard["annotations"]["list"] if "expr" in a]
+    return {name for expr in exprs for name in SERIES.findall(expr)} - {JOB_SERIES_LABEL}
+
+
+def test_agent_series_get_the_job_label_the_queries_use() -> None:
+    out = render(values_files=(CLUSTER_ALL_ON,))
+    (endpoint,) = out.one("PodMonitor")["spec"]["podMetricsEndpoints"]
+    (relabel,) = endpoint["relabelings"]
+    assert relabel["targetLabel"] == JOB_SERIES_LABEL
+    assert relabel["sourceLabels"] == ["__meta_kubernetes_pod_label_stabletrain_dev_job"]
+
+
+def test_agent_series_in_alerts_and_dashboard_exist() -> None:
+    names = {n for n in queried_series() if not n.startswith("stabletrain_operator_")}
+    assert {"stabletrain_loss", "stabletrain_tokens_per_second"} <= names
+    missing = names - agent_series()
+    assert missing == set(), f"not exported by the agent: {sorted(missing)}"
+
+
+def test_the_dashboard_shows_what_the_issue_asks_for() -> None:
+    dashboard: Manifest = json.loads((CHART / "dashboards" / "stabletrain-jobs.json").read_text())
+    queried = {
+        name
+        for panel in dashboard["panels"]
+        for t in panel["targets"]
+        for name in SERIES.findall(t["expr"])
+    }
+    for series in (
+        "stabletrain_loss",
+        "stabletrain_loss_baseline",
+        "stabletrain_grad_norm",
+        "stabletrain_learning_rate",
+        "stabletrain_tokens_per_second",
+    ):
+        assert series in queried
+    (rollbacks,) = [a for a in dashboard["annotations"]["list"] if a.get("name") == "Rollbacks"]
+    assert "stabletrain_operator_rollbacks_total" in rollbacks["expr"]
+
+
+def test_dashboard_file_is_what_the_config_map_carries() -> None:
+    out = render(sets=["grafanaDashboard.enabled=true"])
+    (config_map,) = [
+        c for c in out.of_kind("ConfigMap") if c["metadata"]["name"].endswith("-dashboard")
+    ]
+    path = Path(CHART / "dashboards" / "stabletrain-jobs.json")
+    assert json.loads(config_map["data"]["stabletrain-jobs.json"]) == json.loads(path.read_text())
