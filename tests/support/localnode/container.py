@@ -1,8 +1,9 @@
 """One run of one container: a process in the pod's sandbox with its own mount namespace.
 
-The process is started through nsenter (the pod's network and UTS namespaces), unshare (a
-fresh mount namespace) and container_init.py (the container's filesystem view), each of which
-execs the next, so the PID the node holds is the container's main process.
+The process is started through nsenter (the pod's network, UTS and PID namespaces; it forks
+into the PID namespace and waits there, relaying the exit status), unshare (a fresh mount
+namespace) and container_init.py (the container's filesystem view, its own session), each of
+which execs the next. Signals go to the container's session, never to the waiting nsenter.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import json
 import os
 import signal
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -110,10 +112,24 @@ class ContainerRun:
         self.process = ManagedProcess(
             f"{container['name']}", [*sandbox.enter(), *unshare, *init], self.log_path, env=env
         )
+        self._main_pid = self._wait_for_main_pid()
+
+    def _wait_for_main_pid(self, timeout: float = 2.0) -> int | None:
+        """nsenter's child: the container's main process (and the leader of its session)."""
+        children = Path(f"/proc/{self.process.pid}/task/{self.process.pid}/children")
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.process.alive():
+            with contextlib.suppress(OSError):
+                found = children.read_text().split()
+                if found:
+                    return int(found[0])
+            time.sleep(0.005)
+        return None
 
     @property
     def pid(self) -> int:
-        return self.process.pid
+        """The container's main process, as this machine numbers it."""
+        return self._main_pid if self._main_pid is not None else self.process.pid
 
     def poll(self) -> Exit | None:
         """The exit, once the main process is gone (its leftovers are killed then, too)."""
@@ -141,10 +157,13 @@ class ContainerRun:
         return message.decode(errors="replace")
 
     def signal(self, signum: int) -> None:
+        """To the container's session; nsenter relays the exit that follows."""
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signum)
+            os.killpg(self.pid, signum)
 
     def kill(self) -> None:
-        """SIGKILL to the group and to every process that carries the container's marker."""
+        """SIGKILL to the container's session, to nsenter, and to every marked process."""
         self.signal(signal.SIGKILL)
         kill_marked(self.marker)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)

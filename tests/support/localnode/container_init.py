@@ -1,7 +1,8 @@
 """Turns a fresh mount namespace into a container's filesystem view, then execs its command.
 
 Runs as `python -I -S container_init.py SPEC.json` inside `unshare --mount`, already inside the
-pod's network and UTS namespaces, and therefore imports only the standard library. The "image"
+pod's network, UTS and PID namespaces (so /proc is the pod's own), and therefore imports only
+the standard library. The "image"
 is the host's own filesystem: every top-level directory is bind-mounted into a tmpfs root, while
 /dev, /run and /tmp are private to the container, so mount points that do not exist on the host
 are made in the container's own tmpfs and never on the host. Every mount lives in this mount
@@ -21,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 START_ERROR_EXIT_CODE = 128
-MS_RDONLY, MS_REMOUNT, MS_BIND, MS_REC = 1, 32, 4096, 16384
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
+MS_BIND, MS_REC = 4096, 16384
 PRIVATE_TOP_LEVEL = ("dev", "run", "tmp")
 NOT_FROM_HOST = ("proc", "sys", "dev", "run", "tmp", "lost+found")
 DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
@@ -60,9 +62,10 @@ def _mirror_host(root: Path) -> None:
         elif entry.is_file():
             target.touch()
             _bind(Path(entry.path), target)
-    for name in ("proc", "sys"):
-        (root / name).mkdir()
-        _bind(Path("/") / name, root / name, recursive=True)
+    (root / "proc").mkdir()
+    _mount("proc", root / "proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    (root / "sys").mkdir()
+    _bind(Path("/sys"), root / "sys", recursive=True)
 
 
 def _private_dev(root: Path) -> None:
@@ -153,6 +156,9 @@ def mount_volumes(staged: list[tuple[Path, dict[str, Any]]]) -> None:
 
 
 def main(spec_path: str) -> None:
+    # A process group of its own: the node signals the container's group, never nsenter,
+    # which waits outside and relays the exit status.
+    os.setsid()
     spec = json.loads(Path(spec_path).read_text())
     # Opened before chroot: afterwards the host path is out of reach.
     with Path(spec["startErrorPath"]).open("w") as start_error:

@@ -1,8 +1,10 @@
-"""A pod sandbox: network and UTS namespaces held by a pause process, with the pod's IP.
+"""A pod sandbox: network, UTS and PID namespaces held by a pause process, with the pod's IP.
 
 As with a kubelet's sandbox, the namespaces outlive each container (a restarted container gets
-the same IP and hostname) and die with the pod. Containers join them with nsenter and then
-each get a mount namespace of their own (see container_init.py).
+the same IP and hostname) and die with the pod. The pause process is PID 1 of the pod's PID
+namespace (as with shareProcessNamespace), so stopping it kills every process of the pod, even
+ones that left the container's process group, and so does a killed test run. Containers join
+with nsenter and then each get a mount namespace of their own (see container_init.py).
 """
 
 from __future__ import annotations
@@ -48,7 +50,10 @@ class PodSandbox:
         self._network = network
         self.address: ipaddress.IPv4Address | None = None
         self.holder = NamespaceHolder(
-            f"sandbox-{pod['metadata']['name']}", ["net", "uts"], pod_dir / "sandbox.log", marker
+            f"sandbox-{pod['metadata']['name']}",
+            ["net", "uts", "pid"],
+            pod_dir / "sandbox.log",
+            marker,
         )
         try:
             self.holder.run("hostname", self.hostname, kinds=("uts",))
@@ -69,8 +74,9 @@ class PodSandbox:
         write_in_place(self.hosts_file, hosts_text(pod, self.ip, endpoints))
 
     def enter(self) -> list[str]:
-        """argv prefix joining this pod's network and UTS namespaces."""
-        return self.holder.enter("net", "uts")
+        """argv prefix joining this pod's network, UTS and PID namespaces (nsenter forks for
+        the PID namespace and waits, relaying the exit status)."""
+        return self.holder.enter("net", "uts", "pid")
 
     def stop(self) -> None:
         self.holder.stop()
