@@ -200,6 +200,15 @@ def test_live_reduce_lr_takes_effect_on_both_ranks_at_the_same_step(
         assert scaled, records[-3:]
         assert all(r["used_lr"] / r["scheduled_lr"] == pytest.approx(0.5, rel=1e-3) for r in scaled)
         first_scaled[rank] = scaled[0]
+        adoption = [
+            r
+            for r, before in zip(records[1:], records, strict=False)
+            if r["generation"] != before["generation"]
+        ]
+        assert [r["step"] for r in adoption] == [scaled[0]["step"] - 1]
+        steady = [r["syncs"] for r in records if r not in adoption]
+        assert set(steady) == {1}, steady
+        print(f"rank {rank}: syncs at the adoption step {adoption[0]['syncs']}, else 1 per step")
     assert first_scaled[0]["step"] == first_scaled[1]["step"]
     latency = max(r["time"] for r in first_scaled.values()) - put_at
     print(f"live ReduceLR: PUT to first scaled step {first_scaled[0]['step']}: {latency:.3f} s")
