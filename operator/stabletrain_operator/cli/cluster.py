@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import urllib3
+import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
@@ -23,6 +24,8 @@ from stabletrain_operator.cli.errors import CliError
 
 REQUEST_TIMEOUT = (5.0, 30.0)
 """(connect, read) seconds: a dead server fails fast, a slow one gets time to answer."""
+CONNECT_RETRIES = 1
+"""One retry rides out a blip; more only delays the answer when the server is down."""
 MERGE_PATCH = "application/merge-patch+json"
 DEFAULT_KUBECONFIG = "~/.kube/config"
 
@@ -49,15 +52,23 @@ class Cluster:
                 f"no cluster configured: kubeconfig {path} does not exist; pass "
                 "--kubeconfig or set KUBECONFIG"
             )
+        configuration = client.Configuration()
         try:
-            api_client = config.new_client_from_config(  # type: ignore[no-untyped-call]
-                config_file=path, context=context, persist_config=False
+            config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=path,
+                context=context,
+                client_configuration=configuration,
+                persist_config=False,
             )
             _, active = config.list_kube_config_contexts(config_file=path)  # type: ignore[no-untyped-call]
         except ConfigException as error:
             raise CliError(f"cannot use kubeconfig {path}: {error}") from None
-        except (OSError, ValueError) as error:
+        except yaml.YAMLError as error:
+            raise CliError(f"kubeconfig {path} is not valid YAML: {error}") from None
+        except (OSError, ValueError, TypeError, AttributeError) as error:
             raise CliError(f"cannot read kubeconfig {path}: {error}") from None
+        configuration.retries = CONNECT_RETRIES
+        api_client = client.ApiClient(configuration)
         chosen = namespace or (active or {}).get("context", {}).get("namespace") or "default"
         return cls(api_client, chosen)
 

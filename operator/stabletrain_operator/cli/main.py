@@ -7,6 +7,7 @@ a second to import, which `replay` (often run in loops while tuning a policy) do
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from collections.abc import Sequence
 
@@ -112,6 +113,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # urllib3 logs every retry as a warning; the CLI reports the outcome in one sentence.
+    logging.getLogger("urllib3").setLevel(logging.ERROR)
     try:
         if args.command == "replay":
             from stabletrain_operator.cli.replay_command import run_replay  # noqa: PLC0415
