@@ -223,3 +223,24 @@ def test_a_pod_waits_for_its_claim_and_the_claim_is_the_shared_directory(
     state = wait_terminated(api, pod_namespace, "claims", timeout=30)
     assert state["message"] == "ok"
     assert (local_cluster.shared_dir / pod_namespace / "pfs" / "flag").read_text() == "ok"
+
+
+def test_init_containers_are_refused_with_a_reason(
+    local_cluster: LocalCluster, pod_namespace: str
+) -> None:
+    api = local_cluster.api
+    manifest = pod_manifest("with-init", ["true"])
+    manifest["spec"]["initContainers"] = [{"name": "init", "image": "local", "command": ["true"]}]
+    create(api, pod_namespace, "pods", manifest)
+
+    def waiting() -> dict[str, str] | None:
+        pod = read_pod(api, pod_namespace, "with-init")
+        statuses = ((pod or {}).get("status") or {}).get("containerStatuses") or []
+        if statuses and "waiting" in statuses[0]["state"]:
+            state: dict[str, str] = statuses[0]["state"]["waiting"]
+            return state if state.get("message") else None
+        return None
+
+    state = wait_for(waiting, 30, "the pod to wait with a reason")
+    assert state["reason"] == "CreateContainerConfigError"
+    assert "initContainers not supported" in state["message"]

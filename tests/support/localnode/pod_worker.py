@@ -40,6 +40,8 @@ GONE_GRACE_SECONDS = 2.0
 """A pod deleted behind the node's back (force delete) still gets a short SIGTERM window."""
 DEFAULT_GRACE_SECONDS = 30
 TERMINAL_PHASES = ("Succeeded", "Failed")
+UNSUPPORTED_POD_FIELDS = ("initContainers", "ephemeralContainers")
+"""Refused with a message in the container's waiting state rather than silently skipped."""
 
 
 @dataclass(frozen=True)
@@ -197,6 +199,14 @@ class PodWorker:
         self._publish(pod)
 
     def _create_sandbox(self, pod: Json) -> bool:
+        unsupported = [f for f in UNSUPPORTED_POD_FIELDS if pod["spec"].get(f)]
+        if unsupported:
+            for container in self._containers:
+                container.view.waiting_reason = "CreateContainerConfigError"
+                container.view.waiting_message = (
+                    f"{', '.join(unsupported)} not supported by the local node (test support)"
+                )
+            return False
         try:
             self._volumes.prepare(pod)
         except PodConfigError as error:
