@@ -1,0 +1,57 @@
+"""One daemon per StableTrainingJob: the job's level-based reconcile loop.
+
+A daemon rather than change handlers because most of what matters does not change the job
+object at all: pods end, agents report, time passes. The loop ticks a few times a second;
+each tick reads the job afresh, so no decision is made on a stale view.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import kopf
+from kubernetes.client.exceptions import ApiException
+
+from stabletrain_operator import metrics
+from stabletrain_operator.api.constants import GROUP, PLURAL, VERSION
+from stabletrain_operator.handlers.pod_index import PodKey
+from stabletrain_operator.kube import Kube, StaleStatusError
+from stabletrain_operator.observe.pods import PodFacts
+from stabletrain_operator.reconcile import JobKey, JobMemory, tick
+
+TICK_SECONDS = 0.5
+
+_log = logging.getLogger(__name__)
+
+
+@kopf.daemon(GROUP, VERSION, PLURAL, initial_delay=0, backoff=1.0, cancellation_timeout=10.0)
+async def run_job(
+    *,
+    name: str,
+    namespace: str | None,
+    stopped: kopf.DaemonStopped,
+    memo: Any,
+    **kwargs: Any,
+) -> None:
+    if namespace is None:
+        return
+    worker_pods: kopf.Index[PodKey, PodFacts] = kwargs["worker_pods"]
+    """Injected by kopf under the index function's name (handlers/pod_index.py)."""
+    kube: Kube = memo["kube"]
+    key = JobKey(namespace, name)
+    memory = JobMemory()
+    while not stopped:
+        try:
+            alive = await tick(kube, key, list(worker_pods.get((namespace, name), [])), memory)
+        except StaleStatusError:
+            metrics.RECONCILE_ERRORS.labels("Conflict").inc()
+            alive = True
+        except ApiException as error:
+            metrics.RECONCILE_ERRORS.labels("ApiError").inc()
+            _log.warning("job %s/%s: API error %s %s; retrying", namespace, name, error.status,
+                         error.reason)  # fmt: skip
+            alive = True
+        if not alive:
+            return
+        await stopped.wait(TICK_SECONDS)

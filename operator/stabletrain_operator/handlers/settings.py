@@ -1,0 +1,38 @@
+"""kopf settings chosen for recovery within seconds and for clean test namespaces.
+
+- kopf's own progress and diff-base go to annotations: the CRD's structural schema prunes
+  undeclared status fields, which would silently eat kopf's default status storage.
+- Short retry delays: kopf's default 60 s backoff alone would miss the recovery targets.
+- Watch timeouts so a silently dead watch connection is replaced within a minute.
+- Our own Events only (kopf's handler-log Events off): every Event is a decision, posted
+  after the status write that records it.
+- Daemons make kopf put a finalizer on every job (it must stop the daemon before the object
+  goes); it is removed as soon as the job is deleted while the operator runs, so tests
+  delete their jobs before they stop the operator (see docs/operator.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kopf
+
+from stabletrain_operator.api.constants import GROUP
+from stabletrain_operator.kube import Kube, load_api_client
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=GROUP, key="last-handled-configuration"
+    )
+    settings.persistence.finalizer = f"{GROUP}/operator"
+    settings.posting.enabled = False
+    settings.batching.error_delays = (1, 1, 2, 3, 5, 10)
+    settings.watching.server_timeout = 60
+    settings.watching.client_timeout = 90
+    settings.watching.connect_timeout = 10
+    settings.networking.request_timeout = 30
+    settings.peering.mandatory = False
+    memo["kube"] = Kube(load_api_client())

@@ -1,0 +1,154 @@
+"""The few Kubernetes API calls the reconcile makes, synchronous (run in a worker thread).
+
+Creates treat 409 as success (names are deterministic: the object is the one an earlier,
+interrupted tick made), deletes treat 404 as success, and the status write carries the
+resourceVersion the tick read, so a write based on a stale read fails with 409 instead of
+overwriting a newer state (which matters with several operator replicas).
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from stabletrain_operator.api.constants import API_VERSION, GROUP, KIND, PLURAL, VERSION
+
+Json = dict[str, Any]
+HTTP_NOT_FOUND = 404
+HTTP_CONFLICT = 409
+MERGE_PATCH = "application/merge-patch+json"
+
+_log = logging.getLogger(__name__)
+
+
+class StaleStatusError(Exception):
+    """The job changed since this tick read it; the next tick starts from the new state."""
+
+
+def load_api_client() -> client.ApiClient:
+    """In-cluster service account when running in a pod, else the kubeconfig (tests, dev)."""
+    loaders: Any = config  # the kubernetes package ships its config loaders untyped
+    try:
+        loaders.load_incluster_config()
+    except config.ConfigException:
+        loaders.load_kube_config()
+    return client.ApiClient()
+
+
+class Kube:
+    def __init__(self, api_client: client.ApiClient) -> None:
+        # Typed as Any: we send plain dicts (what the pydantic-typed client also accepts on
+        # the wire) and read plain dicts back from the custom-objects API.
+        self.core: Any = client.CoreV1Api(api_client)
+        self.custom: Any = client.CustomObjectsApi(api_client)
+
+    def create(self, obj: Json) -> bool:
+        """Create `obj` in its namespace; False when it already existed."""
+        namespace = obj["metadata"]["namespace"]
+        creator = {
+            "Pod": self.core.create_namespaced_pod,
+            "Service": self.core.create_namespaced_service,
+            "ConfigMap": self.core.create_namespaced_config_map,
+            "Secret": self.core.create_namespaced_secret,
+        }[obj["kind"]]
+        try:
+            creator(namespace, obj)
+        except ApiException as error:
+            if error.status == HTTP_CONFLICT:
+                return False
+            raise
+        return True
+
+    def replace_config_map(self, obj: Json) -> None:
+        """Create or overwrite (the skip-list spill grows with every rollback)."""
+        if not self.create(obj):
+            metadata = obj["metadata"]
+            self.core.replace_namespaced_config_map(metadata["name"], metadata["namespace"], obj)
+
+    def delete_pod(self, namespace: str, name: str, *, force: bool) -> None:
+        body = client.V1DeleteOptions(grace_period_seconds=0 if force else None)
+        try:
+            self.core.delete_namespaced_pod(name, namespace, body=body)
+        except ApiException as error:
+            if error.status != HTTP_NOT_FOUND:
+                raise
+
+    def get_job(self, namespace: str, name: str) -> Json | None:
+        try:
+            job: Json = self.custom.get_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, name
+            )
+        except ApiException as error:
+            if error.status == HTTP_NOT_FOUND:
+                return None
+            raise
+        return job
+
+    def write_status(self, namespace: str, name: str, resource_version: str, status: Json) -> Json:
+        """Replace the status as a merge patch (nulls remove fields), fenced by version."""
+        body = {"metadata": {"resourceVersion": resource_version}, "status": status}
+        try:
+            written: Json = self.custom.patch_namespaced_custom_object_status(
+                GROUP, VERSION, namespace, PLURAL, name, body, _content_type=MERGE_PATCH
+            )
+        except ApiException as error:
+            if error.status == HTTP_CONFLICT:
+                raise StaleStatusError(f"{namespace}/{name} changed since it was read") from None
+            raise
+        return written
+
+    def config_map_data(self, namespace: str, name: str) -> dict[str, str] | None:
+        try:
+            found = self.core.read_namespaced_config_map(name, namespace)
+        except ApiException as error:
+            if error.status == HTTP_NOT_FOUND:
+                return None
+            raise
+        return dict(found.data or {})
+
+    def secret_value(self, namespace: str, name: str, key: str) -> str | None:
+        try:
+            found = self.core.read_namespaced_secret(name, namespace)
+        except ApiException as error:
+            if error.status == HTTP_NOT_FOUND:
+                return None
+            raise
+        raw = (found.data or {}).get(key)
+        return base64.b64decode(raw).decode() if raw else None
+
+    def event(self, job: Json, kind: str, reason: str, message: str) -> None:
+        """A core/v1 Event on the job; failures are logged, never fatal (status is the record)."""
+        metadata = job["metadata"]
+        now = datetime.now(UTC)
+        body = {
+            "metadata": {
+                "generateName": f"{metadata['name']}.",
+                "namespace": metadata["namespace"],
+            },
+            "involvedObject": {
+                "apiVersion": API_VERSION,
+                "kind": KIND,
+                "name": metadata["name"],
+                "namespace": metadata["namespace"],
+                "uid": metadata["uid"],
+                "resourceVersion": metadata.get("resourceVersion"),
+            },
+            "type": kind,
+            "reason": reason,
+            "message": message[:1024],
+            "firstTimestamp": now.isoformat(),
+            "lastTimestamp": now.isoformat(),
+            "count": 1,
+            "source": {"component": "stabletrain-operator"},
+            "reportingComponent": "stabletrain.dev/operator",
+            "reportingInstance": "stabletrain-operator",
+        }
+        try:
+            self.core.create_namespaced_event(metadata["namespace"], body)
+        except ApiException as error:
+            _log.warning("event %s on %s not posted: %s", reason, metadata["name"], error.reason)

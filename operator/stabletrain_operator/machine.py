@@ -1,0 +1,842 @@
+"""The job's state machine: Pending -> Running, and every action that needs the pods gone
+as Stopping -> Planning -> Relaunching -> Confirming -> Running (or Failed, Suspended).
+
+`advance` is a pure function of the persisted status and what was observed this tick; it
+returns the next status and the side effects around its write. The daemon performs the
+`launch` before writing (creates are idempotent by name, so a crash before the write only
+repeats them), writes the status once, and only then deletes pods, PUTs live directives and
+emits Events. Every phase derives its effects from the persisted status alone, so an
+operator killed anywhere and restarted repeats at most an idempotent effect and finishes
+the same action exactly once.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from stabletrain_agent.contract.channel import AgentStatus
+from stabletrain_agent.contract.directives import Directives, SkipRange
+from stabletrain_agent.contract.names import Action, Signal
+from stabletrain_agent.contract.trip import TripReport
+from stabletrain_operator import naming
+from stabletrain_operator.api.constants import ConditionType, Phase, Reason
+from stabletrain_operator.api.spec import StableTrainingJobSpec
+from stabletrain_operator.api.status import (
+    HISTORY_MAX,
+    SKIP_RANGES_INLINE_MAX,
+    Plan,
+    RollbackRecord,
+    StableTrainingJobStatus,
+)
+from stabletrain_operator.conditions import condition, set_condition
+from stabletrain_operator.observe.pods import PodFacts, PodState, failure_evidence
+from stabletrain_operator.observe.scrape import ScrapeResult
+from stabletrain_operator.plan.checkpoint import choose_checkpoint, step_bound
+from stabletrain_operator.plan.directives import attempt_directives, live_directives
+from stabletrain_operator.plan.inventory import merged_inventory
+from stabletrain_operator.plan.skips import merge_skip_ranges
+from stabletrain_operator.policy import (
+    Decision,
+    Observation,
+    ObservationSource,
+    PolicyLedger,
+    decide,
+    manual_request,
+    record,
+    worker_failure,
+)
+
+STOP_FORCE_AFTER = timedelta(seconds=45)
+"""Pods still present this long after Stopping began are deleted with grace 0 (a lost node
+never confirms a graceful deletion)."""
+RESUME_RULE = "resume"
+"""Rule name of the relaunch after `suspend` is cleared; counts against no budget."""
+LR_TOLERANCE = 1e-9
+RESTART_BACKOFF_MAX = timedelta(seconds=30)
+"""Restarts wait 1, 2, 4 ... s (capped) after the decision: a node or a dependency that just
+failed gets a moment, and a crash loop cannot burn the restart budget in seconds."""
+
+
+def restart_backoff(restarts: int) -> timedelta:
+    """Delay before relaunching the `restarts`-th restart (1-based)."""
+    return min(timedelta(seconds=2 ** max(restarts - 1, 0)), RESTART_BACKOFF_MAX)
+
+
+@dataclass(frozen=True)
+class World:
+    """What the daemon observed this tick, next to the persisted status."""
+
+    now: datetime
+    job: str
+    """The job's name (names of the objects it owns)."""
+    spec: StableTrainingJobSpec
+    generation: int | None
+    """metadata.generation of the spec read this tick."""
+    pods: tuple[PodFacts, ...]
+    """Every worker pod of the job that exists, of any attempt."""
+    scrapes: tuple[ScrapeResult, ...] = ()
+    """This tick's scrapes of the current attempt's pods (empty between scrapes)."""
+    skip_ranges: tuple[SkipRange, ...] = ()
+    """The full skip list in force (read from the spill ConfigMap when status has one)."""
+    ledger: PolicyLedger = field(default_factory=PolicyLedger)
+    previous_nodes: tuple[str | None, ...] = ()
+    """Node of each rank in the last attempt whose placement is known (index = rank)."""
+    attempt_directives: Directives | None = None
+    """The current attempt's initial directives (its ConfigMap), base of live directives."""
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Create the directives ConfigMap, then the pods of `directives.attempt`."""
+
+    directives: Directives
+    preferred_nodes: tuple[str | None, ...]
+    spill_skip_ranges: tuple[SkipRange, ...] | None = None
+    """The full skip list for the spill ConfigMap, when it no longer fits status."""
+
+
+@dataclass(frozen=True)
+class Event:
+    type: str
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Step:
+    """The next status and the effects around its write."""
+
+    status: StableTrainingJobStatus
+    ledger: PolicyLedger
+    launch: Launch | None = None
+    delete_pods: tuple[str, ...] = ()
+    force_delete: bool = False
+    live: Directives | None = None
+    live_pods: tuple[str, ...] = ()
+    events: tuple[Event, ...] = ()
+    decision: Decision | None = None
+    recovered_after: timedelta | None = None
+    """Detection -> relaunched pods, for the recovery-duration histogram."""
+
+
+def advance(status: StableTrainingJobStatus, world: World) -> Step:
+    """One transition (or none) of the job, as a pure function."""
+    handler = _HANDLERS[status.phase]
+    step = handler(status, world)
+    final = step.status.model_copy(update={"observed_generation": world.generation})
+    return _replace_status(step, final)
+
+
+def _replace_status(step: Step, status: StableTrainingJobStatus) -> Step:
+    return Step(
+        status=status,
+        ledger=step.ledger,
+        launch=step.launch,
+        delete_pods=step.delete_pods,
+        force_delete=step.force_delete,
+        live=step.live,
+        live_pods=step.live_pods,
+        events=step.events,
+        decision=step.decision,
+        recovered_after=step.recovered_after,
+    )
+
+
+def _cond(
+    status: StableTrainingJobStatus,
+    world: World,
+    kind: ConditionType,
+    *,
+    ok: bool,
+    reason: Reason | str,
+    message: str,
+) -> StableTrainingJobStatus:
+    conditions = set_condition(
+        status.conditions, kind, ok, reason, message, now=world.now, generation=world.generation
+    )
+    return status.model_copy(update={"conditions": conditions})
+
+
+# --- Pending --------------------------------------------------------------------------------
+
+
+def _pending(status: StableTrainingJobStatus, world: World) -> Step:
+    if world.spec.suspend:
+        suspended = _cond(
+            status.model_copy(update={"phase": Phase.SUSPENDED}),
+            world,
+            ConditionType.SUSPENDED,
+            ok=True,
+            reason=Reason.SUSPENDED,
+            message="created suspended",
+        )
+        return Step(suspended, world.ledger)
+    directives = attempt_directives(
+        world.spec,
+        generation=1,
+        attempt=0,
+        resume_step=None,
+        lr_scale=1.0,
+        rewarmup_steps=0,
+        skip=world.skip_ranges,
+    )
+    nodes = world.spec.workers.nodes
+    running = status.model_copy(
+        update={"phase": Phase.RUNNING, "attempt": 0, "directives_generation": 1, "lr_scale": 1.0}
+    )
+    running = _cond(
+        running,
+        world,
+        ConditionType.READY,
+        ok=False,
+        reason=Reason.CREATED,
+        message=f"created {nodes} worker pod(s) of attempt 0",
+    )
+    running = _cond(
+        running, world, ConditionType.HEALTHY, ok=True, reason=Reason.NO_SIGNAL, message="no signal"
+    )
+    message = f"attempt 0: {nodes} pod(s), rendezvous id {naming.rendezvous_id(world.job, 0)}"
+    return Step(
+        running,
+        world.ledger,
+        launch=Launch(directives, (None,) * nodes),
+        events=(Event("Normal", Reason.CREATED, message),),
+    )
+
+
+# --- Running and Confirming -----------------------------------------------------------------
+
+
+def _current(status: StableTrainingJobStatus, world: World) -> list[PodFacts]:
+    return [p for p in world.pods if p.attempt == status.attempt]
+
+
+def _fresh(status: StableTrainingJobStatus, world: World) -> list[AgentStatus]:
+    return [
+        r.status
+        for r in world.scrapes
+        if r.status is not None and r.status.attempt == status.attempt
+    ]
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
+def _with_numbers(status: StableTrainingJobStatus, world: World) -> StableTrainingJobStatus:
+    """Live numbers from this tick's scrapes: rank 0's view (all ranks agree on them)."""
+    fresh = sorted(_fresh(status, world), key=lambda s: s.node_rank)
+    if not fresh:
+        return status
+    lead = fresh[0]
+    steps = [s.step for s in fresh if s.step is not None]
+    tokens = _finite(lead.tokens_per_second)
+    return status.model_copy(
+        update={
+            "step": max(steps) if steps else status.step,
+            "loss": _finite(lead.loss),
+            "loss_baseline": _finite(lead.loss_baseline),
+            "grad_norm": _finite(lead.grad_norm),
+            "tokens_per_second": tokens if tokens is None or tokens >= 0 else None,
+            "checkpoints": merged_inventory(status.checkpoints, fresh),
+        }
+    )
+
+
+def _trips(current: Sequence[PodFacts], attempt: int) -> list[TripReport]:
+    trips = [p.trip for p in current if p.trip is not None and p.trip.attempt == attempt]
+    return sorted(trips, key=lambda t: (t.onset_step, t.step, t.node))
+
+
+def _trip_observation(trips: Sequence[TripReport]) -> Observation:
+    lead = trips[0]
+    firing = tuple(dict.fromkeys(s for t in trips for s in t.firing if s != lead.signal))
+    return Observation(
+        signal=lead.signal,
+        anomaly_class=lead.anomaly_class,
+        step=lead.step,
+        onset_step=lead.onset_step,
+        sustained=True,
+        tripped=True,
+        evidence=lead.evidence,
+        source=ObservationSource.TRIP_REPORT,
+        firing_with=firing,
+    )
+
+
+def _scrape_observations(fresh: Sequence[AgentStatus]) -> list[Observation]:
+    seen: set[str] = set()
+    found: list[Observation] = []
+    for agent in sorted(fresh, key=lambda s: s.node_rank):
+        names = tuple(f.signal for f in agent.firing)
+        for finding in agent.firing:
+            if finding.signal in seen:
+                continue
+            seen.add(finding.signal)
+            found.append(
+                Observation(
+                    signal=finding.signal,
+                    anomaly_class=finding.anomaly_class,
+                    step=agent.step,
+                    onset_step=finding.onset_step,
+                    sustained=finding.sustained,
+                    tripped=False,
+                    evidence=finding.evidence,
+                    source=ObservationSource.SCRAPE,
+                    firing_with=tuple(n for n in names if n != finding.signal),
+                )
+            )
+    return found
+
+
+def _observations(
+    status: StableTrainingJobStatus, world: World, current: Sequence[PodFacts]
+) -> tuple[list[Observation], list[TripReport]]:
+    observations: list[Observation] = []
+    manual = world.spec.manual_rollback
+    handled = {status.last_manual_request_id, world.ledger.last_manual_request_id}
+    if manual is not None and manual.request_id not in handled:
+        observations.append(
+            manual_request(
+                request_id=manual.request_id,
+                step=status.step,
+                to_step=manual.to_step,
+                lr_factor=manual.lr_factor,
+                skip=manual.skip,
+                reason=manual.reason,
+            )
+        )
+    trips = _trips(current, status.attempt)
+    if trips:
+        observations.append(_trip_observation(trips))
+    else:
+        broken = [p for p in current if p.state in (PodState.FAILED, PodState.GONE)]
+        if broken:
+            evidence = "; ".join(failure_evidence(p) for p in broken)
+            observations.append(worker_failure(step=status.step, evidence=evidence[:512]))
+    observations += _scrape_observations(_fresh(status, world))
+    return observations, trips
+
+
+def _running(status: StableTrainingJobStatus, world: World) -> Step:
+    current = _current(status, world)
+    status = _with_numbers(status, world)
+    if world.spec.suspend and status.phase is Phase.RUNNING:
+        return _suspend(status, world)
+    nodes = world.spec.workers.nodes
+    if sum(p.state is PodState.SUCCEEDED for p in current) >= nodes:
+        return _succeeded(status, world)
+    observations, trips = _observations(status, world, current)
+    decision = decide(
+        world.spec.recovery, observations, world.ledger, now=world.now, lr_scale=status.lr_scale
+    )
+    if decision is not None:
+        return _act(status, world, decision, trips)
+    step = _keep_running(status, world, current)
+    if step.status.phase is Phase.CONFIRMING:
+        return _confirm(step, world)
+    return step
+
+
+def _keep_running(
+    status: StableTrainingJobStatus, world: World, current: Sequence[PodFacts]
+) -> Step:
+    """No decision: conditions from what runs, and live directives to pods that lag."""
+    fresh = _fresh(status, world)
+    nodes = world.spec.workers.nodes
+    running = sum(p.state is PodState.RUNNING for p in current)
+    if running >= nodes and len(fresh) >= nodes:
+        status = _cond(
+            status,
+            world,
+            ConditionType.READY,
+            ok=True,
+            reason=Reason.PODS_RUNNING,
+            message=f"{running} pod(s) of attempt {status.attempt} run and report",
+        )
+    elif running < nodes:
+        status = _cond(
+            status,
+            world,
+            ConditionType.READY,
+            ok=False,
+            reason=Reason.PODS_NOT_READY,
+            message=f"{running} of {nodes} pod(s) of attempt {status.attempt} run",
+        )
+    if fresh:
+        firing = sorted({f.signal for s in fresh for f in s.firing})
+        healthy = condition(status.conditions, ConditionType.HEALTHY)
+        alerted = healthy is not None and healthy.reason in (Reason.ALERTED, Reason.LR_REDUCED)
+        if not firing:
+            status = _cond(
+                status,
+                world,
+                ConditionType.HEALTHY,
+                ok=True,
+                reason=Reason.NO_SIGNAL,
+                message="no signal fires",
+            )
+        elif not alerted:
+            status = _cond(
+                status,
+                world,
+                ConditionType.HEALTHY,
+                ok=False,
+                reason=Reason.SIGNAL_FIRING,
+                message=f"firing: {', '.join(firing)}",
+            )
+    lagging = tuple(
+        sorted(
+            r.pod
+            for r in world.scrapes
+            if r.status is not None
+            and r.status.attempt == status.attempt
+            and r.status.applied_generation < status.directives_generation
+        )
+    )
+    live = None
+    if lagging and world.attempt_directives is not None and status.phase is Phase.RUNNING:
+        live = live_directives(
+            world.attempt_directives,
+            generation=status.directives_generation,
+            lr_scale=status.lr_scale,
+        )
+    return Step(status, world.ledger, live=live, live_pods=lagging if live else ())
+
+
+def _confirm(step: Step, world: World) -> Step:
+    """Confirming -> Running once every pod runs the new directives past the resume step."""
+    status = step.status
+    plan = status.plan
+    fresh = _fresh(status, world)
+    nodes = world.spec.workers.nodes
+    resume = plan.target_step if plan is not None and plan.target_step is not None else 0
+    applied = [
+        s
+        for s in fresh
+        if s.applied_generation >= status.directives_generation
+        and abs(s.lr_scale - status.lr_scale) <= LR_TOLERANCE
+        and s.step is not None
+        and s.step > resume
+    ]
+    if len({s.node_rank for s in applied}) < nodes:
+        return step
+    message = (
+        f"attempt {status.attempt} runs from step {resume} with LR scale {status.lr_scale:g}; "
+        f"every pod applied directives generation {status.directives_generation}"
+    )
+    confirmed = status.model_copy(update={"phase": Phase.RUNNING, "plan": None})
+    confirmed = _cond(
+        confirmed,
+        world,
+        ConditionType.RECOVERING,
+        ok=False,
+        reason=Reason.ROLLBACK_CONFIRMED,
+        message=message,
+    )
+    event = Event("Normal", Reason.ROLLBACK_CONFIRMED, message)
+    return Step(confirmed, step.ledger, events=(*step.events, event))
+
+
+def _suspend(status: StableTrainingJobStatus, world: World) -> Step:
+    stopping = status.model_copy(update={"phase": Phase.STOPPING, "plan": None})
+    stopping = _cond(
+        stopping,
+        world,
+        ConditionType.SUSPENDED,
+        ok=True,
+        reason=Reason.SUSPENDED,
+        message="spec.suspend is true: stopping every pod",
+    )
+    return Step(
+        stopping,
+        world.ledger,
+        delete_pods=tuple(p.name for p in world.pods),
+        events=(Event("Normal", Reason.SUSPENDED, "suspending: stopping every pod"),),
+    )
+
+
+def _succeeded(status: StableTrainingJobStatus, world: World) -> Step:
+    done = status.model_copy(update={"phase": Phase.SUCCEEDED, "plan": None})
+    message = f"every worker of attempt {status.attempt} succeeded"
+    done = _cond(
+        done,
+        world,
+        ConditionType.COMPLETE,
+        ok=True,
+        reason=Reason.TRAINING_COMPLETE,
+        message=message,
+    )
+    done = _cond(
+        done, world, ConditionType.READY, ok=False, reason=Reason.TRAINING_COMPLETE, message=message
+    )
+    return Step(done, world.ledger, events=(Event("Normal", Reason.TRAINING_COMPLETE, message),))
+
+
+def _act(
+    status: StableTrainingJobStatus,
+    world: World,
+    decision: Decision,
+    trips: Sequence[TripReport],
+) -> Step:
+    """Carry a decision into status: a plan for stopping actions, a change for live ones."""
+    ledger = record(world.ledger, decision, now=world.now)
+    kind = "Normal" if decision.action is Action.REDUCE_LR else "Warning"
+    event = Event(kind, decision.reason, f"{decision.action}: {decision.message}"[:1024])
+    counters = status.counters
+    if decision.action is Action.REDUCE_LR and decision.lr_scale is not None:
+        changed = status.model_copy(
+            update={
+                "lr_scale": decision.lr_scale,
+                "directives_generation": status.directives_generation + 1,
+                "counters": counters.model_copy(
+                    update={"lr_reductions": counters.lr_reductions + 1}
+                ),
+            }
+        )
+        changed = _cond(
+            changed,
+            world,
+            ConditionType.HEALTHY,
+            ok=False,
+            reason=decision.reason,
+            message=decision.message,
+        )
+        live = None
+        if world.attempt_directives is not None:
+            live = live_directives(
+                world.attempt_directives,
+                generation=changed.directives_generation,
+                lr_scale=decision.lr_scale,
+            )
+        pods = tuple(sorted(p.name for p in _current(status, world) if p.ip))
+        return Step(
+            changed,
+            ledger,
+            live=live,
+            live_pods=pods if live else (),
+            events=(event,),
+            decision=decision,
+        )
+    if not decision.stops_the_run:
+        alerted = status.model_copy(
+            update={"counters": counters.model_copy(update={"alerts": counters.alerts + 1})}
+        )
+        alerted = _cond(
+            alerted,
+            world,
+            ConditionType.HEALTHY,
+            ok=False,
+            reason=Reason.ALERTED,
+            message=f"{decision.signal}: {decision.message}",
+        )
+        return Step(alerted, ledger, events=(event,), decision=decision)
+    return _stop_for(status, world, decision, trips=trips, ledger=ledger, event=event)
+
+
+def _stop_for(
+    status: StableTrainingJobStatus,
+    world: World,
+    decision: Decision,
+    *,
+    trips: Sequence[TripReport],
+    ledger: PolicyLedger,
+    event: Event,
+) -> Step:
+    counters = status.counters
+    updates = {
+        "rollbacks": counters.rollbacks + (decision.action is Action.ROLLBACK),
+        "restarts": counters.restarts + (decision.action is Action.RESTART_FROM_LATEST),
+        "trips": counters.trips + bool(trips),
+    }
+    from_step = decision.step if decision.step is not None else (status.step or 0)
+    plan = Plan(
+        action=decision.action,
+        rule=decision.rule,
+        request_id=decision.request_id,
+        signal=decision.signal,
+        anomaly_class=decision.anomaly_class,
+        onset_step=decision.onset_step,
+        from_step=from_step,
+        started_at=world.now,
+        from_attempt=status.attempt,
+        next_attempt=status.attempt + 1,
+        lr_scale=decision.lr_scale,
+        rewarmup_steps=decision.rewarmup_steps or 0,
+        added_skip=decision.skip[:8],
+        recurrence=decision.escalation_level,
+    )
+    stopping = status.model_copy(
+        update={
+            "phase": Phase.STOPPING,
+            "plan": plan,
+            "counters": counters.model_copy(update=updates),
+            "last_trip": trips[0] if trips else status.last_trip,
+            "checkpoints": merged_inventory(status.checkpoints, trips=trips),
+            "last_manual_request_id": decision.request_id or status.last_manual_request_id,
+        }
+    )
+    stopping = _cond(
+        stopping,
+        world,
+        ConditionType.RECOVERING,
+        ok=True,
+        reason=decision.reason,
+        message=decision.message,
+    )
+    stopping = _cond(
+        stopping,
+        world,
+        ConditionType.READY,
+        ok=False,
+        reason=decision.reason,
+        message=f"stopping every pod of attempt {status.attempt} for {decision.action}",
+    )
+    if decision.action is not Action.RESTART_FROM_LATEST:
+        stopping = _cond(
+            stopping,
+            world,
+            ConditionType.HEALTHY,
+            ok=False,
+            reason=decision.reason,
+            message=decision.evidence or decision.message,
+        )
+    return Step(
+        stopping,
+        ledger,
+        delete_pods=tuple(sorted(p.name for p in world.pods)),
+        events=(event,),
+        decision=decision,
+    )
+
+
+# --- Stopping -------------------------------------------------------------------------------
+
+
+def _stopping(status: StableTrainingJobStatus, world: World) -> Step:
+    plan = status.plan
+    if plan is not None:
+        # Trip reports of pods that finished after the decision still carry inventory.
+        trips = [p.trip for p in world.pods if p.trip is not None]
+        status = status.model_copy(
+            update={"checkpoints": merged_inventory(status.checkpoints, trips=trips)}
+        )
+    if world.pods:
+        since = plan.started_at if plan is not None else _suspended_since(status, world)
+        force = world.now - since >= STOP_FORCE_AFTER
+        return Step(
+            status,
+            world.ledger,
+            delete_pods=tuple(sorted(p.name for p in world.pods)),
+            force_delete=force,
+        )
+    if plan is None:
+        suspended = status.model_copy(update={"phase": Phase.SUSPENDED})
+        suspended = _cond(
+            suspended,
+            world,
+            ConditionType.READY,
+            ok=False,
+            reason=Reason.SUSPENDED,
+            message="suspended: no pods run",
+        )
+        return Step(suspended, world.ledger)
+    if plan.action is Action.FAIL:
+        return _failed(status, world, *_recovering_reason(status))
+    planning = status.model_copy(update={"phase": Phase.PLANNING})
+    return Step(planning, world.ledger)
+
+
+def _suspended_since(status: StableTrainingJobStatus, world: World) -> datetime:
+    suspended = condition(status.conditions, ConditionType.SUSPENDED)
+    return suspended.last_transition_time if suspended is not None else world.now
+
+
+def _recovering_reason(status: StableTrainingJobStatus) -> tuple[str, str]:
+    recovering = condition(status.conditions, ConditionType.RECOVERING)
+    if recovering is None:
+        return Reason.FAILED_BY_POLICY.value, "the policy failed the job"
+    return recovering.reason, recovering.message
+
+
+def _failed(status: StableTrainingJobStatus, world: World, reason: str, message: str) -> Step:
+    failed = status.model_copy(update={"phase": Phase.FAILED, "plan": None})
+    failed = _cond(failed, world, ConditionType.FAILED, ok=True, reason=reason, message=message)
+    failed = _cond(
+        failed, world, ConditionType.RECOVERING, ok=False, reason=reason, message=message
+    )
+    failed = _cond(
+        failed, world, ConditionType.READY, ok=False, reason=reason, message="failed: no pods run"
+    )
+    if reason in (Reason.ROLLBACK_BUDGET_EXHAUSTED, Reason.RESTART_BUDGET_EXHAUSTED):
+        failed = _cond(
+            failed, world, ConditionType.BUDGET_EXHAUSTED, ok=True, reason=reason, message=message
+        )
+    return Step(failed, world.ledger, events=(Event("Warning", reason, f"failed: {message}"),))
+
+
+# --- Planning -------------------------------------------------------------------------------
+
+
+def _planning(status: StableTrainingJobStatus, world: World) -> Step:
+    plan = status.plan
+    if plan is None:
+        return Step(status.model_copy(update={"phase": Phase.RUNNING}), world.ledger)
+    restarting = plan.action is Action.RESTART_FROM_LATEST and plan.rule != RESUME_RULE
+    if restarting and world.now - plan.started_at < restart_backoff(status.counters.restarts):
+        return Step(status, world.ledger)
+    nodes = [n for n in world.previous_nodes if n] or sorted(
+        {copy.node for record in status.checkpoints for copy in record.local}
+    )
+    choice = choose_checkpoint(status.checkpoints, step_bound(plan, world.spec), nodes)
+    if not choice.usable:
+        return _failed(status, world, Reason.NO_CHECKPOINT, choice.reason)
+    planned = plan.model_copy(
+        update={
+            "target_step": choice.step,
+            "lr_scale": plan.lr_scale if plan.lr_scale is not None else status.lr_scale,
+            "directives_generation": status.directives_generation + 1,
+        }
+    )
+    skipped = ", ".join(f"[{r.first}, {r.last}] {r.unit}" for r in planned.added_skip) or "none"
+    message = (
+        f"attempt {planned.next_attempt} resumes from "
+        f"{'scratch' if choice.step is None else f'step {choice.step}'} ({choice.reason}); "
+        f"LR scale {planned.lr_scale:g}, re-warm-up {planned.rewarmup_steps} steps, "
+        f"skip {skipped}"
+    )
+    relaunching = status.model_copy(update={"phase": Phase.RELAUNCHING, "plan": planned})
+    relaunching = _cond(
+        relaunching,
+        world,
+        ConditionType.RECOVERING,
+        ok=True,
+        reason=_recovering_reason(status)[0],
+        message=message,
+    )
+    return Step(relaunching, world.ledger, events=(Event("Normal", "Planned", message),))
+
+
+# --- Relaunching ----------------------------------------------------------------------------
+
+
+def _relaunching(status: StableTrainingJobStatus, world: World) -> Step:
+    plan = status.plan
+    if plan is None or plan.directives_generation is None:
+        return Step(status.model_copy(update={"phase": Phase.PLANNING}), world.ledger)
+    skip = merge_skip_ranges(world.skip_ranges, plan.added_skip)
+    lr_scale = plan.lr_scale if plan.lr_scale is not None else status.lr_scale
+    directives = attempt_directives(
+        world.spec,
+        generation=plan.directives_generation,
+        attempt=plan.next_attempt,
+        resume_step=plan.target_step,
+        lr_scale=lr_scale,
+        rewarmup_steps=plan.rewarmup_steps,
+        skip=skip,
+    )
+    spill = skip if len(skip) > SKIP_RANGES_INLINE_MAX else None
+    entry = RollbackRecord(
+        time=plan.started_at,
+        action=plan.action,
+        rule=plan.rule,
+        request_id=plan.request_id,
+        signal=plan.signal,
+        anomaly_class=plan.anomaly_class,
+        onset_step=plan.onset_step,
+        from_step=plan.from_step,
+        to_step=plan.target_step,
+        lr_scale=lr_scale,
+        skipped=plan.added_skip,
+        attempt=plan.next_attempt,
+    )
+    history = status.rollback_history
+    if plan.rule != RESUME_RULE:
+        history = (*history, entry)[-HISTORY_MAX:]
+    relaunched = status.model_copy(
+        update={
+            "phase": Phase.CONFIRMING,
+            "attempt": plan.next_attempt,
+            "directives_generation": plan.directives_generation,
+            "lr_scale": lr_scale,
+            "active_skip_ranges": skip[-SKIP_RANGES_INLINE_MAX:],
+            "skip_ranges_total": len(skip),
+            "skip_ranges_config_map": (
+                naming.skip_ranges_config_map(world.job) if spill else status.skip_ranges_config_map
+            ),
+            "rollback_history": history,
+            "step": plan.target_step,
+        }
+    )
+    message = (
+        f"relaunched attempt {plan.next_attempt} ({world.spec.workers.nodes} pod(s)) with "
+        f"directives generation {plan.directives_generation}"
+    )
+    relaunched = _cond(
+        relaunched, world, ConditionType.READY, ok=False, reason=Reason.CREATED, message=message
+    )
+    preferred = tuple(world.previous_nodes[: world.spec.workers.nodes]) + (None,) * max(
+        world.spec.workers.nodes - len(world.previous_nodes), 0
+    )
+    return Step(
+        relaunched,
+        world.ledger,
+        launch=Launch(directives, preferred, spill),
+        events=(Event("Normal", "Relaunched", message),),
+        recovered_after=world.now - plan.started_at,
+    )
+
+
+# --- Suspended and terminal phases ----------------------------------------------------------
+
+
+def _suspended(status: StableTrainingJobStatus, world: World) -> Step:
+    if world.spec.suspend:
+        return Step(status, world.ledger)
+    plan = Plan(
+        action=Action.RESTART_FROM_LATEST,
+        rule=RESUME_RULE,
+        signal=Signal.MANUAL.value,
+        from_step=status.step or 0,
+        started_at=world.now,
+        from_attempt=status.attempt,
+        next_attempt=status.attempt + 1,
+    )
+    planning = status.model_copy(update={"phase": Phase.PLANNING, "plan": plan})
+    planning = _cond(
+        planning,
+        world,
+        ConditionType.SUSPENDED,
+        ok=False,
+        reason=Reason.RESUMED,
+        message="spec.suspend is false: relaunching from the newest stable checkpoint",
+    )
+    planning = _cond(
+        planning,
+        world,
+        ConditionType.RECOVERING,
+        ok=True,
+        reason=Reason.RESUMED,
+        message="relaunching after suspend",
+    )
+    return Step(planning, world.ledger, events=(Event("Normal", Reason.RESUMED, "resuming"),))
+
+
+def _terminal(status: StableTrainingJobStatus, world: World) -> Step:
+    return Step(status, world.ledger)
+
+
+_HANDLERS = {
+    Phase.PENDING: _pending,
+    Phase.RUNNING: _running,
+    Phase.CONFIRMING: _running,
+    Phase.STOPPING: _stopping,
+    Phase.PLANNING: _planning,
+    Phase.RELAUNCHING: _relaunching,
+    Phase.SUSPENDED: _suspended,
+    Phase.SUCCEEDED: _terminal,
+    Phase.FAILED: _terminal,
+}

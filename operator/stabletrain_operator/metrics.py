@@ -1,0 +1,57 @@
+"""The operator's own Prometheus metrics, on a private registry served on its own port.
+
+Labels carry only small fixed sets (signal, action, error kind), never a job's step.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+
+ROLLBACKS = Counter(
+    "stabletrain_operator_rollbacks",
+    "Rollbacks started, by the signal that caused them.",
+    ["signal"],
+    registry=REGISTRY,
+)
+DECISIONS = Counter(
+    "stabletrain_operator_decisions",
+    "Policy decisions carried out, by action.",
+    ["action"],
+    registry=REGISTRY,
+)
+ALERTS = Counter(
+    "stabletrain_operator_alerts",
+    "Alert decisions, by signal.",
+    ["signal"],
+    registry=REGISTRY,
+)
+RECOVERY_SECONDS = Histogram(
+    "stabletrain_operator_recovery_duration_seconds",
+    "From the decision to stop a run to the creation of the next attempt's pods.",
+    buckets=(1, 2, 5, 10, 20, 30, 60, 120, 300, 600),
+    registry=REGISTRY,
+)
+SCRAPE_ERRORS = Counter(
+    "stabletrain_operator_scrape_errors",
+    "Agent status scrapes that gave nothing usable, by kind.",
+    ["kind"],
+    registry=REGISTRY,
+)
+SCRAPES = Counter(
+    "stabletrain_operator_scrapes",
+    "Agent status scrapes attempted.",
+    registry=REGISTRY,
+)
+RECONCILE_ERRORS = Counter(
+    "stabletrain_operator_reconcile_errors",
+    "Reconcile ticks that failed (API errors, conflicts); the next tick retries.",
+    ["kind"],
+    registry=REGISTRY,
+)
+
+
+def serve(port: int, address: str = "0.0.0.0") -> None:
+    """Serve /metrics in a daemon thread."""
+    start_http_server(port, addr=address, registry=REGISTRY)

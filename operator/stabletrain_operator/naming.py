@@ -1,0 +1,56 @@
+"""Every name and label the operator gives the objects it creates for a job.
+
+Names are deterministic functions of the job, the attempt and the rank, so a create that is
+retried (an operator killed between the create and its status write) finds the object it
+made before (HTTP 409) instead of making a second one: that is what keeps rollbacks free of
+duplicate pods without any bookkeeping.
+"""
+
+from __future__ import annotations
+
+from stabletrain_operator.api.constants import GROUP
+
+JOB_LABEL = f"{GROUP}/job"
+ATTEMPT_LABEL = f"{GROUP}/attempt"
+RANK_LABEL = f"{GROUP}/rank"
+DIRECTIVES_GENERATION_ANNOTATION = f"{GROUP}/directives-generation"
+
+
+def service_name(job: str) -> str:
+    """The headless Service: pods are `<pod>.<service>` in cluster DNS (their subdomain)."""
+    return job
+
+
+def pod_name(job: str, attempt: int, rank: int) -> str:
+    return f"{job}-a{attempt}-{rank}"
+
+
+def rendezvous_id(job: str, attempt: int) -> str:
+    """torchrun's rendezvous id: an old attempt's straggler can never join the new one."""
+    return f"{job}-{attempt}"
+
+
+def directives_config_map(job: str, attempt: int) -> str:
+    return f"{job}-a{attempt}-directives"
+
+
+def skip_ranges_config_map(job: str) -> str:
+    """Holds the full skip list once it outgrows the inline limit of status."""
+    return f"{job}-skip-ranges"
+
+
+def token_secret(job: str) -> str:
+    return f"{job}-token"
+
+
+def pod_dns_name(job: str, attempt: int, rank: int, namespace: str) -> str:
+    """The per-pod name the headless Service publishes (hostname.subdomain.namespace.svc)."""
+    return f"{pod_name(job, attempt, rank)}.{service_name(job)}.{namespace}.svc"
+
+
+def job_selector(job: str) -> str:
+    return f"{JOB_LABEL}={job}"
+
+
+def attempt_labels(job: str, attempt: int) -> dict[str, str]:
+    return {JOB_LABEL: job, ATTEMPT_LABEL: str(attempt)}

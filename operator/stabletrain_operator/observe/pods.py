@@ -1,0 +1,137 @@
+"""What a worker pod's status says, reduced to the facts the state machine decides on.
+
+The trip report arrives as the container's termination message (torchrun exits 1 whatever
+the worker's exit code, so the message is the channel). A message that does not parse is
+kept as text and logged with what was expected: the pod still counts as failed, nothing is
+dropped silently.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from stabletrain_agent.contract.base import ContractError
+from stabletrain_agent.contract.trip import TripReport, parse_termination_message
+from stabletrain_operator import naming
+
+_log = logging.getLogger(__name__)
+
+Json = Mapping[str, Any]
+
+
+class PodState(StrEnum):
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    GONE = "Gone"
+    """Being deleted (deletionTimestamp set) without having finished."""
+
+
+@dataclass(frozen=True)
+class PodFacts:
+    """One worker pod as the job's reconcile sees it."""
+
+    name: str
+    attempt: int
+    rank: int
+    state: PodState
+    node: str | None
+    ip: str | None
+    deleting: bool
+    exit_code: int | None = None
+    reason: str = ""
+    """Why it ended: OOMKilled, Evicted, NodeLost, Error, a container reason..."""
+    message: str = ""
+    trip: TripReport | None = None
+    trip_error: str = ""
+    """Set when the termination message looked like a report but did not parse."""
+
+    @property
+    def finished(self) -> bool:
+        return self.state in (PodState.SUCCEEDED, PodState.FAILED)
+
+
+def _int_label(labels: Json, key: str) -> int | None:
+    value = labels.get(key)
+    return int(value) if isinstance(value, str) and value.isdigit() else None
+
+
+def _terminated_state(status: Json) -> Json | None:
+    for container in status.get("containerStatuses") or []:
+        state = container.get("state") or {}
+        if "terminated" in state:
+            terminated: Json = state["terminated"]
+            return terminated
+    return None
+
+
+def _parse_trip(message: str, pod: str) -> tuple[TripReport | None, str]:
+    text = message.strip()
+    if not text.startswith("{"):
+        return None, ""
+    try:
+        return parse_termination_message(text), ""
+    except ContractError as error:
+        _log.warning(
+            "pod %s: termination message is not a trip report (expected the agent's "
+            "TripReport JSON): %s", pod, error,
+        )  # fmt: skip
+        return None, str(error)
+
+
+def pod_facts(pod: Json) -> PodFacts | None:
+    """Facts of a worker pod, or None for a pod without the operator's labels."""
+    metadata = pod.get("metadata") or {}
+    labels = metadata.get("labels") or {}
+    attempt = _int_label(labels, naming.ATTEMPT_LABEL)
+    rank = _int_label(labels, naming.RANK_LABEL)
+    if attempt is None or rank is None:
+        return None
+    status = pod.get("status") or {}
+    spec = pod.get("spec") or {}
+    phase = status.get("phase") or "Pending"
+    deleting = bool(metadata.get("deletionTimestamp"))
+    terminated = _terminated_state(status)
+    exit_code = terminated.get("exitCode") if terminated else None
+    reason = (terminated or {}).get("reason") or status.get("reason") or ""
+    message = (terminated or {}).get("message") or status.get("message") or ""
+    if phase == "Succeeded":
+        state = PodState.SUCCEEDED
+    elif phase == "Failed":
+        state = PodState.FAILED
+    elif deleting:
+        state = PodState.GONE
+    elif phase == "Running":
+        state = PodState.RUNNING
+    else:
+        state = PodState.PENDING
+    trip, trip_error = _parse_trip(message, metadata.get("name", "?")) if terminated else (None, "")
+    return PodFacts(
+        name=str(metadata.get("name", "")),
+        attempt=attempt,
+        rank=rank,
+        state=state,
+        node=spec.get("nodeName"),
+        ip=status.get("podIP"),
+        deleting=deleting,
+        exit_code=exit_code if isinstance(exit_code, int) else None,
+        reason=str(reason),
+        message=str(message)[:512],
+        trip=trip,
+        trip_error=trip_error,
+    )
+
+
+def failure_evidence(pod: PodFacts) -> str:
+    """A sentence on why a pod ended without a trip report: crash, OOM, eviction, node loss."""
+    if pod.state is PodState.GONE:
+        return f"pod {pod.name} on node {pod.node} was deleted before it finished"
+    what = pod.reason or "Error"
+    code = f" with exit code {pod.exit_code}" if pod.exit_code is not None else ""
+    detail = f": {pod.message[:200]}" if pod.message and pod.trip is None else ""
+    return f"pod {pod.name} on node {pod.node} ended {what}{code}{detail}"

@@ -1,0 +1,107 @@
+"""Concurrent scrapes of every worker pod's agent status endpoint.
+
+A slow, unreachable or hostile endpoint must never stall the reconcile or crash the
+operator: every request has a total deadline, bodies are read up to a size cap, and every
+failure becomes a `ScrapeResult` with the kind of error (counted in the operator's metrics
+and logged with what was expected) instead of an exception.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+import aiohttp
+
+from stabletrain_agent.contract.base import ContractError
+from stabletrain_agent.contract.channel import STATUS_HTTP_PATH, AgentStatus, parse_agent_status
+
+_log = logging.getLogger(__name__)
+
+MAX_STATUS_BYTES = 1024 * 1024
+"""A status document with a full inventory is a few tens of KiB; beyond 1 MiB is abuse."""
+DEFAULT_TIMEOUT_SECONDS = 2.0
+
+
+class ScrapeError(StrEnum):
+    """Why a scrape gave nothing usable; the label of the scrape-error counter."""
+
+    UNREACHABLE = "Unreachable"
+    TIMEOUT = "Timeout"
+    HTTP_STATUS = "HttpStatus"
+    TOO_LARGE = "TooLarge"
+    MALFORMED = "Malformed"
+    """Not the AgentStatus JSON: wrong types, missing fields, not JSON at all."""
+    WRONG_ATTEMPT = "WrongAttempt"
+    """An answer from another attempt's agent (an address reused by a new pod)."""
+
+
+@dataclass(frozen=True)
+class ScrapeTarget:
+    pod: str
+    url: str
+    attempt: int
+
+
+@dataclass(frozen=True)
+class ScrapeResult:
+    pod: str
+    status: AgentStatus | None
+    error: ScrapeError | None = None
+    detail: str = ""
+
+
+async def _read_capped(response: aiohttp.ClientResponse) -> bytes | None:
+    body = bytearray()
+    async for chunk in response.content.iter_chunked(64 * 1024):
+        body += chunk
+        if len(body) > MAX_STATUS_BYTES:
+            return None
+    return bytes(body)
+
+
+async def scrape_one(
+    session: aiohttp.ClientSession, target: ScrapeTarget, timeout: float
+) -> ScrapeResult:
+    """One pod's status, or the reason there is none; never raises for a bad endpoint."""
+    url = target.url + STATUS_HTTP_PATH
+    try:
+        async with asyncio.timeout(timeout):
+            async with session.get(url) as response:
+                if response.status != 200:
+                    return _failed(target, ScrapeError.HTTP_STATUS, f"HTTP {response.status}")
+                body = await _read_capped(response)
+    except TimeoutError:
+        return _failed(target, ScrapeError.TIMEOUT, f"no complete answer within {timeout} s")
+    except (aiohttp.ClientError, OSError, ValueError) as error:
+        return _failed(target, ScrapeError.UNREACHABLE, f"{type(error).__name__}: {error}")
+    if body is None:
+        return _failed(target, ScrapeError.TOO_LARGE, f"body over {MAX_STATUS_BYTES} bytes")
+    try:
+        status = parse_agent_status(body)
+    except ContractError as error:
+        return _failed(target, ScrapeError.MALFORMED, f"expected AgentStatus JSON; {error}")
+    if status.attempt != target.attempt:
+        detail = f"answer is for attempt {status.attempt}, pod runs attempt {target.attempt}"
+        return _failed(target, ScrapeError.WRONG_ATTEMPT, detail)
+    return ScrapeResult(target.pod, status)
+
+
+def _failed(target: ScrapeTarget, error: ScrapeError, detail: str) -> ScrapeResult:
+    _log.info("scrape of pod %s at %s failed (%s): %s", target.pod, target.url, error, detail[:500])
+    return ScrapeResult(target.pod, None, error, detail)
+
+
+async def scrape_all(
+    targets: Sequence[ScrapeTarget], timeout: float = DEFAULT_TIMEOUT_SECONDS
+) -> list[ScrapeResult]:
+    """Every target at once; the whole call takes at most about `timeout`."""
+    if not targets:
+        return []
+    connector = aiohttp.TCPConnector(limit=64, force_close=True)
+    client_timeout = aiohttp.ClientTimeout(total=timeout + 1)
+    async with aiohttp.ClientSession(connector=connector, timeout=client_timeout) as session:
+        return list(await asyncio.gather(*(scrape_one(session, t, timeout) for t in targets)))

@@ -1,0 +1,33 @@
+"""The skip list across attempts: every range ever decided, merged where they overlap.
+
+A range decided once is never consumed again by any later attempt, so the list only grows;
+merging overlapping step ranges keeps it short enough to stay inline in status for long.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from stabletrain_agent.contract.directives import SkipRange
+
+
+def merge_skip_ranges(*groups: Iterable[SkipRange]) -> tuple[SkipRange, ...]:
+    """Union of the groups; ranges of the same unit and shard set that overlap or touch
+    become one, ordered by unit, shard set and start."""
+    ranges = sorted(
+        {r for group in groups for r in group},
+        key=lambda r: (r.unit.value, r.shard_ids, r.first, r.last),
+    )
+    merged: list[SkipRange] = []
+    for current in ranges:
+        last = merged[-1] if merged else None
+        if (
+            last is not None
+            and last.unit is current.unit
+            and last.shard_ids == current.shard_ids
+            and current.first <= last.last + 1
+        ):
+            merged[-1] = last.model_copy(update={"last": max(last.last, current.last)})
+        else:
+            merged.append(current)
+    return tuple(merged)

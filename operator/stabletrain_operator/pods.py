@@ -1,0 +1,295 @@
+"""The objects of one attempt: the worker pods, the headless Service, the directives
+ConfigMap and the token Secret, built as plain dicts from the job's spec.
+
+The user's container command stays `torchrun <script> ...`; everything torchrun needs from
+the cluster arrives through torchrun's own `PET_<OPTION>` environment variables (torch
+2.9's `torch.distributed.argparse_util.env` reads `PET_<DEST>` for every option that has no
+value on the command line), so the operator never rewrites a user's command line and an
+explicit flag in it still wins. `PET_LOCAL_ADDR` comes from the downward API (the pod IP),
+so torchrun advertises an address other pods can reach rather than a hostname guess.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import Any
+
+from stabletrain_agent.contract import env
+from stabletrain_agent.contract.directives import Directives, SkipRange
+from stabletrain_operator import naming
+from stabletrain_operator.api.constants import API_VERSION, KIND
+from stabletrain_operator.api.spec import StableTrainingJobSpec
+
+Json = dict[str, Any]
+
+ROOT_VOLUME = "stabletrain-root"
+ROOT_DIR = PurePosixPath("/stabletrain")
+"""One emptyDir holds the mount points of everything the operator mounts, so the tiers and
+the directives sit side by side under a directory the pod owns (a kubelet creates missing
+mount points anywhere; the local node of the tests only inside a directory the pod owns)."""
+DIRECTIVES_DIR = ROOT_DIR / "directives"
+DIRECTIVES_PATH = DIRECTIVES_DIR / env.DIRECTIVES_FILE_KEY
+LOCAL_VOLUME = "stabletrain-local"
+PFS_VOLUME = "stabletrain-pfs"
+DIRECTIVES_VOLUME = "stabletrain-directives"
+AGENT_PORT_NAME = "st-agent"
+LINEAGE_SUBDIR = "lineage"
+PREVIOUS_NODE_WEIGHT = 100
+"""Preferred (not required) node affinity: a relaunched rank goes back to the node whose
+local tier holds its checkpoint when that node is still there, anywhere else otherwise."""
+DEFAULT_GRACE_SECONDS = 30
+
+
+@dataclass(frozen=True)
+class JobRef:
+    """Identity of the owning job, for names, namespaces and ownerReferences."""
+
+    name: str
+    namespace: str
+    uid: str
+
+    def owner_reference(self) -> Json:
+        """Garbage collection removes everything a job owns when the job is deleted."""
+        return {
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "name": self.name,
+            "uid": self.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+
+    def metadata(self, name: str, labels: Mapping[str, str] | None = None) -> Json:
+        return {
+            "name": name,
+            "namespace": self.namespace,
+            "labels": {naming.JOB_LABEL: self.name, **(labels or {})},
+            "ownerReferences": [self.owner_reference()],
+        }
+
+
+def _field(path: str) -> Json:
+    return {"valueFrom": {"fieldRef": {"fieldPath": path}}}
+
+
+def _value(name: str, value: object) -> Json:
+    return {"name": name, "value": str(value)}
+
+
+def torchrun_env(spec: StableTrainingJobSpec, job: JobRef, attempt: int, rank: int) -> list[Json]:
+    """torchrun's settings as PET_* variables: nodes, ranks, the attempt's rendezvous."""
+    workers = spec.workers
+    rendezvous = workers.rendezvous
+    master = naming.pod_dns_name(job.name, attempt, 0, job.namespace)
+    conf = f"join_timeout={rendezvous.timeout_seconds}"
+    if rendezvous.backend == "c10d":
+        # Rank 0 hosts the TCPStore: said outright instead of torchrun's hostname heuristic.
+        conf += f",is_host={1 if rank == 0 else 0}"
+    return [
+        _value("PET_NNODES", workers.nodes),
+        _value("PET_NPROC_PER_NODE", workers.processes_per_node),
+        _value("PET_NODE_RANK", rank),
+        _value("PET_RDZV_BACKEND", rendezvous.backend),
+        _value("PET_RDZV_ENDPOINT", f"{master}:{rendezvous.port}"),
+        _value("PET_RDZV_ID", naming.rendezvous_id(job.name, attempt)),
+        _value("PET_RDZV_CONF", conf),
+        _value("PET_MASTER_ADDR", master),
+        _value("PET_MASTER_PORT", rendezvous.port),
+        _value("PET_MAX_RESTARTS", 0),
+        {"name": "PET_LOCAL_ADDR", **_field("status.podIP")},
+    ]
+
+
+def agent_env(spec: StableTrainingJobSpec, job: JobRef, attempt: int, rank: int) -> list[Json]:
+    """The contract's variables (stabletrain_agent.contract.env) for the trainer-agent."""
+    token_ref = {
+        "secretKeyRef": {"name": naming.token_secret(job.name), "key": env.TOKEN_SECRET_KEY}
+    }
+    return [
+        _value(env.JOB_NAME, job.name),
+        _value(env.JOB_NAMESPACE, job.namespace),
+        _value(env.ATTEMPT, attempt),
+        {"name": env.NODE_NAME, **_field("spec.nodeName")},
+        _value(env.NODE_RANK, rank),
+        _value(env.NODES, spec.workers.nodes),
+        _value(env.PROCESSES_PER_NODE, spec.workers.processes_per_node),
+        _value(env.LOCAL_CHECKPOINT_DIR, env.DEFAULT_LOCAL_CHECKPOINT_DIR),
+        _value(env.PFS_CHECKPOINT_DIR, env.DEFAULT_PFS_CHECKPOINT_DIR),
+        _value(env.LINEAGE_DIR, env.DEFAULT_PFS_CHECKPOINT_DIR / LINEAGE_SUBDIR),
+        _value(env.DIRECTIVES_PATH, DIRECTIVES_PATH),
+        {"name": env.DIRECTIVES_TOKEN, "valueFrom": token_ref},
+        _value(env.AGENT_PORT, env.DEFAULT_AGENT_PORT),
+        {"name": env.AGENT_BIND_ADDRESS, **_field("status.podIP")},
+        _value(env.TERMINATION_MESSAGE_PATH, env.DEFAULT_TERMINATION_MESSAGE_PATH),
+    ]
+
+
+def _volumes(spec: StableTrainingJobSpec, job: JobRef, attempt: int) -> list[Json]:
+    local = spec.checkpoints.local
+    if local.host_path is not None:
+        local_source: Json = {"hostPath": {"path": local.host_path, "type": "DirectoryOrCreate"}}
+    else:
+        local_source = copy.deepcopy(local.volume or {})
+    return [
+        {"name": ROOT_VOLUME, "emptyDir": {}},
+        {"name": LOCAL_VOLUME, **local_source},
+        {
+            "name": PFS_VOLUME,
+            "persistentVolumeClaim": {"claimName": spec.checkpoints.pfs.claim_name},
+        },
+        {
+            "name": DIRECTIVES_VOLUME,
+            "configMap": {"name": naming.directives_config_map(job.name, attempt)},
+        },
+    ]
+
+
+def _mounts(spec: StableTrainingJobSpec) -> list[Json]:
+    pfs: Json = {"name": PFS_VOLUME, "mountPath": str(env.DEFAULT_PFS_CHECKPOINT_DIR)}
+    if spec.checkpoints.pfs.sub_path:
+        pfs["subPath"] = spec.checkpoints.pfs.sub_path
+    return [
+        {"name": ROOT_VOLUME, "mountPath": str(ROOT_DIR)},
+        {"name": LOCAL_VOLUME, "mountPath": str(env.DEFAULT_LOCAL_CHECKPOINT_DIR)},
+        pfs,
+        {
+            "name": DIRECTIVES_VOLUME,
+            "mountPath": str(DIRECTIVES_DIR),
+            "readOnly": True,
+        },
+    ]
+
+
+def _replace_by_name(existing: Sequence[Json], ours: Sequence[Json]) -> list[Json]:
+    """The user's entries minus those we set, then ours: ours must win (ranks, fencing)."""
+    taken = {entry["name"] for entry in ours}
+    return [entry for entry in existing if entry.get("name") not in taken] + list(ours)
+
+
+def _training_container(pod_spec: Json, container_name: str | None) -> Json:
+    containers: list[Json] = pod_spec["containers"]
+    if container_name is None:
+        return containers[0]
+    for container in containers:
+        if container.get("name") == container_name:
+            return container
+    raise ValueError(
+        f"workers.containerName {container_name!r} names no container of the template "
+        f"(containers: {', '.join(str(c.get('name')) for c in containers)})"
+    )
+
+
+def _node_preference(node: str) -> Json:
+    term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+    return {"weight": PREVIOUS_NODE_WEIGHT, "preference": term}
+
+
+def build_pod(
+    spec: StableTrainingJobSpec,
+    job: JobRef,
+    attempt: int,
+    rank: int,
+    previous_node: str | None = None,
+) -> Json:
+    """Pod `rank` of `attempt`: the user's template plus torchrun, agent, tiers, directives."""
+    template = copy.deepcopy(spec.workers.template)
+    template_meta: Json = template.get("metadata") or {}
+    pod_spec: Json = template["spec"]
+    name = naming.pod_name(job.name, attempt, rank)
+    labels = {
+        **(template_meta.get("labels") or {}),
+        **naming.attempt_labels(job.name, attempt),
+        naming.RANK_LABEL: str(rank),
+    }
+    metadata = job.metadata(name, labels)
+    if template_meta.get("annotations"):
+        metadata["annotations"] = dict(template_meta["annotations"])
+
+    container = _training_container(pod_spec, spec.workers.container_name)
+    container["env"] = _replace_by_name(
+        container.get("env") or [],
+        [*torchrun_env(spec, job, attempt, rank), *agent_env(spec, job, attempt, rank)],
+    )
+    container["volumeMounts"] = _replace_by_name(container.get("volumeMounts") or [], _mounts(spec))
+    port = {"name": AGENT_PORT_NAME, "containerPort": env.DEFAULT_AGENT_PORT, "protocol": "TCP"}
+    container["ports"] = _replace_by_name(container.get("ports") or [], [port])
+    container["terminationMessagePath"] = str(env.DEFAULT_TERMINATION_MESSAGE_PATH)
+    container["terminationMessagePolicy"] = "File"
+
+    pod_spec["volumes"] = _replace_by_name(
+        pod_spec.get("volumes") or [], _volumes(spec, job, attempt)
+    )
+    pod_spec["restartPolicy"] = "Never"
+    pod_spec["hostname"] = name
+    pod_spec["subdomain"] = naming.service_name(job.name)
+    pod_spec.setdefault("terminationGracePeriodSeconds", DEFAULT_GRACE_SECONDS)
+    if previous_node:
+        affinity = pod_spec.setdefault("affinity", {})
+        node_affinity = affinity.setdefault("nodeAffinity", {})
+        preferred = node_affinity.setdefault("preferredDuringSchedulingIgnoredDuringExecution", [])
+        preferred.append(_node_preference(previous_node))
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
+
+
+def build_service(job: JobRef) -> Json:
+    """Headless, publishing not-ready pods: torchrun's rendezvous needs rank 0's name while
+    the pods are still starting, long before anything could call them ready."""
+    name = naming.service_name(job.name)
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": job.metadata(name),
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": {naming.JOB_LABEL: job.name},
+            "ports": [{"name": AGENT_PORT_NAME, "port": env.DEFAULT_AGENT_PORT}],
+        },
+    }
+
+
+def build_directives_config_map(job: JobRef, directives: Directives) -> Json:
+    """The attempt's initial directives, mounted read-only; written before its pods exist."""
+    name = naming.directives_config_map(job.name, directives.attempt)
+    metadata = job.metadata(name, {naming.ATTEMPT_LABEL: str(directives.attempt)})
+    metadata["annotations"] = {naming.DIRECTIVES_GENERATION_ANNOTATION: str(directives.generation)}
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": metadata,
+        "data": {env.DIRECTIVES_FILE_KEY: directives.to_json()},
+    }
+
+
+SKIP_RANGES_KEY = "skipRanges.json"
+
+
+def build_skip_ranges_config_map(job: JobRef, ranges: Sequence[SkipRange]) -> Json:
+    """The whole skip list once status can no longer hold it inline."""
+    payload = json.dumps([r.model_dump(mode="json", by_alias=True) for r in ranges])
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": job.metadata(naming.skip_ranges_config_map(job.name)),
+        "data": {SKIP_RANGES_KEY: payload},
+    }
+
+
+def build_token_secret(job: JobRef, token: str) -> Json:
+    """The bearer token of the live-directive channel; pods read it through secretKeyRef."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": job.metadata(naming.token_secret(job.name)),
+        "type": "Opaque",
+        "stringData": {env.TOKEN_SECRET_KEY: token},
+    }
+
+
+def agent_url(pod_ip: str) -> str:
+    """Base URL of a pod's agent (local rank 0 serves /metrics and the status endpoint)."""
+    return f"http://{pod_ip}:{env.DEFAULT_AGENT_PORT}"

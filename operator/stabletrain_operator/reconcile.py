@@ -1,0 +1,270 @@
+"""One reconcile tick of one job: gather the world, advance the machine, carry out its step.
+
+Order is what makes a crash harmless: the step's `launch` (idempotent creates) before the
+status write, the status written once, then deletes, live directives and Events after it.
+Events therefore never announce something the status does not hold.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from stabletrain_agent.contract.base import ContractError
+from stabletrain_agent.contract.channel import HTTP_OK, new_token
+from stabletrain_agent.contract.directives import Directives, SkipRange, parse_directives
+from stabletrain_agent.contract.env import DIRECTIVES_FILE_KEY, TOKEN_SECRET_KEY
+from stabletrain_agent.export import AgentUnreachableError, put_directives
+from stabletrain_operator import crashpoints, metrics, naming, pods
+from stabletrain_operator.api.constants import Phase
+from stabletrain_operator.api.spec import StableTrainingJobSpec
+from stabletrain_operator.api.status import StableTrainingJobStatus
+from stabletrain_operator.kube import Json, Kube
+from stabletrain_operator.machine import Launch, Step, World, advance
+from stabletrain_operator.observe.pods import PodFacts, PodState
+from stabletrain_operator.observe.scrape import ScrapeResult, ScrapeTarget, scrape_all
+from stabletrain_operator.policy import PolicyLedger
+
+_log = logging.getLogger(__name__)
+
+SCRAPE_INTERVAL_SECONDS = 1.0
+SCRAPE_TIMEOUT_SECONDS = 2.0
+PUT_TIMEOUT_SECONDS = 2.0
+SCRAPED_PHASES = frozenset({Phase.RUNNING, Phase.CONFIRMING})
+
+
+@dataclass
+class JobMemory:
+    """What one job's daemon keeps between ticks; all of it can be rebuilt after a restart."""
+
+    ledger: PolicyLedger | None = None
+    """Alert episodes and cooldowns; rebuilt from status counters and history on restart."""
+    token: str | None = None
+    nodes: dict[int, str] = field(default_factory=dict)
+    """Node of each rank of the newest attempt seen running (the relaunch prefers them)."""
+    seen: dict[str, int] = field(default_factory=dict)
+    """Pods seen in the index, with their attempt, to notice one that vanished."""
+    directives: dict[int, Directives] = field(default_factory=dict)
+    last_scrape: float = 0.0
+    base_ready: bool = False
+
+
+@dataclass(frozen=True)
+class JobKey:
+    namespace: str
+    name: str
+
+
+def _parse(job: Json) -> tuple[StableTrainingJobSpec, StableTrainingJobStatus] | None:
+    name = job["metadata"]["name"]
+    try:
+        spec = StableTrainingJobSpec.model_validate(job.get("spec") or {})
+    except ValidationError as error:
+        _log.error("job %s: spec does not match the StableTrainingJob schema: %s", name, error)
+        return None
+    try:
+        status = StableTrainingJobStatus.model_validate(job.get("status") or {})
+    except ValidationError as error:
+        _log.error("job %s: status is not what this operator writes: %s", name, error)
+        return None
+    return spec, status
+
+
+def _with_vanished(
+    facts: list[PodFacts], memory: JobMemory, status: StableTrainingJobStatus
+) -> list[PodFacts]:
+    """A pod of the current attempt seen before and gone now (force-deleted, lost node)
+    counts as a failed worker, even though the index no longer holds it."""
+    present = {p.name for p in facts}
+    for pod in facts:
+        memory.seen[pod.name] = pod.attempt
+    if status.phase not in SCRAPED_PHASES:
+        return facts
+    vanished = [
+        PodFacts(
+            name=name,
+            attempt=attempt,
+            rank=int(name.rsplit("-", 1)[1]),
+            state=PodState.GONE,
+            node=None,
+            ip=None,
+            deleting=True,
+            reason="Vanished",
+        )
+        for name, attempt in memory.seen.items()
+        if attempt == status.attempt and name not in present
+    ]
+    return facts + vanished
+
+
+def _remember_nodes(memory: JobMemory, facts: Iterable[PodFacts], attempt: int) -> None:
+    for pod in facts:
+        if pod.attempt == attempt and pod.node:
+            memory.nodes[pod.rank] = pod.node
+
+
+async def _scrape(
+    facts: list[PodFacts], status: StableTrainingJobStatus, memory: JobMemory
+) -> tuple[ScrapeResult, ...]:
+    if status.phase not in SCRAPED_PHASES:
+        return ()
+    if time.monotonic() - memory.last_scrape < SCRAPE_INTERVAL_SECONDS:
+        return ()
+    memory.last_scrape = time.monotonic()
+    targets = [
+        ScrapeTarget(p.name, pods.agent_url(p.ip), p.attempt)
+        for p in facts
+        if p.attempt == status.attempt and p.state is PodState.RUNNING and p.ip
+    ]
+    results = await scrape_all(targets, SCRAPE_TIMEOUT_SECONDS)
+    metrics.SCRAPES.inc(len(results))
+    for result in results:
+        if result.error is not None:
+            metrics.SCRAPE_ERRORS.labels(result.error.value).inc()
+    return tuple(results)
+
+
+def _skip_ranges(kube: Kube, key: JobKey, status: StableTrainingJobStatus) -> tuple[SkipRange, ...]:
+    if status.skip_ranges_config_map is None:
+        return status.active_skip_ranges
+    data = kube.config_map_data(key.namespace, status.skip_ranges_config_map) or {}
+    raw = data.get(pods.SKIP_RANGES_KEY)
+    if raw is None:
+        _log.error("job %s: skip-range ConfigMap %s is missing; using the inline ranges",
+                   key.name, status.skip_ranges_config_map)  # fmt: skip
+        return status.active_skip_ranges
+    return tuple(SkipRange.model_validate(item) for item in json.loads(raw))
+
+
+def _attempt_directives(
+    kube: Kube, key: JobKey, memory: JobMemory, attempt: int
+) -> Directives | None:
+    if attempt in memory.directives:
+        return memory.directives[attempt]
+    data = kube.config_map_data(key.namespace, naming.directives_config_map(key.name, attempt))
+    if not data or DIRECTIVES_FILE_KEY not in data:
+        return None
+    try:
+        directives = parse_directives(data[DIRECTIVES_FILE_KEY])
+    except ContractError as error:
+        _log.error("job %s: directives of attempt %d unreadable: %s", key.name, attempt, error)
+        return None
+    memory.directives[attempt] = directives
+    return directives
+
+
+def ensure_base(kube: Kube, job: pods.JobRef, memory: JobMemory) -> None:
+    """The token Secret and the headless Service: once per job, kept for every attempt."""
+    if memory.base_ready:
+        return
+    kube.create(pods.build_token_secret(job, new_token()))
+    kube.create(pods.build_service(job))
+    memory.token = kube.secret_value(job.namespace, naming.token_secret(job.name), TOKEN_SECRET_KEY)
+    memory.base_ready = True
+
+
+def launch(kube: Kube, job: pods.JobRef, spec: StableTrainingJobSpec, plan: Launch) -> None:
+    """Directives first (the pods mount them), then every pod of the attempt."""
+    if plan.spill_skip_ranges is not None:
+        kube.replace_config_map(pods.build_skip_ranges_config_map(job, plan.spill_skip_ranges))
+    kube.create(pods.build_directives_config_map(job, plan.directives))
+    for rank in range(spec.workers.nodes):
+        preferred = plan.preferred_nodes[rank] if rank < len(plan.preferred_nodes) else None
+        kube.create(pods.build_pod(spec, job, plan.directives.attempt, rank, preferred))
+
+
+def _put_live(token: str | None, step: Step, facts: list[PodFacts]) -> None:
+    if step.live is None or not token:
+        return
+    by_name = {p.name: p for p in facts}
+    for name in step.live_pods:
+        pod = by_name.get(name)
+        if pod is None or not pod.ip:
+            continue
+        try:
+            result = put_directives(pods.agent_url(pod.ip), step.live, token, PUT_TIMEOUT_SECONDS)
+        except (AgentUnreachableError, ContractError) as error:
+            _log.warning(
+                "live directives to %s not delivered (retried next scrape): %s", name, error
+            )
+            continue
+        if result.status != HTTP_OK:
+            _log.warning("live directives to %s refused (HTTP %d): %s", name, result.status,
+                         result.ack.message)  # fmt: skip
+
+
+def _status_json(status: StableTrainingJobStatus) -> dict[str, Any]:
+    data: dict[str, Any] = status.model_dump(mode="json", by_alias=True)
+    return data
+
+
+def _record_metrics(step: Step) -> None:
+    decision = step.decision
+    if decision is not None:
+        metrics.DECISIONS.labels(decision.action.value).inc()
+        if decision.action.value == "Rollback":
+            metrics.ROLLBACKS.labels(decision.signal).inc()
+        if decision.action.value == "Alert":
+            metrics.ALERTS.labels(decision.signal).inc()
+    if step.recovered_after is not None:
+        metrics.RECOVERY_SECONDS.observe(step.recovered_after.total_seconds())
+
+
+async def tick(kube: Kube, key: JobKey, indexed: Iterable[PodFacts], memory: JobMemory) -> bool:
+    """One reconcile; False once the job is gone (the daemon may end)."""
+    job = await asyncio.to_thread(kube.get_job, key.namespace, key.name)
+    if job is None or job["metadata"].get("deletionTimestamp"):
+        return False
+    parsed = _parse(job)
+    if parsed is None:
+        return True
+    spec, status = parsed
+    ref = pods.JobRef(key.name, key.namespace, job["metadata"]["uid"])
+    await asyncio.to_thread(ensure_base, kube, ref, memory)
+    facts = _with_vanished(list(indexed), memory, status)
+    _remember_nodes(memory, facts, status.attempt)
+    scrapes = await _scrape(facts, status, memory)
+    skip = await asyncio.to_thread(_skip_ranges, kube, key, status)
+    directives = await asyncio.to_thread(_attempt_directives, kube, key, memory, status.attempt)
+    ledger = memory.ledger or PolicyLedger.from_job_status(status)
+    world = World(
+        now=datetime.now(UTC),
+        job=key.name,
+        spec=spec,
+        generation=job["metadata"].get("generation"),
+        pods=tuple(facts),
+        scrapes=scrapes,
+        skip_ranges=skip,
+        ledger=ledger,
+        previous_nodes=tuple(memory.nodes.get(r) for r in range(spec.workers.nodes)),
+        attempt_directives=directives,
+    )
+    step = advance(status, world)
+    if step.launch is not None:
+        await asyncio.to_thread(launch, kube, ref, spec, step.launch)
+    if step.status != status:
+        resource_version = job["metadata"]["resourceVersion"]
+        await asyncio.to_thread(
+            kube.write_status, key.namespace, key.name, resource_version, _status_json(step.status)
+        )
+        if step.status.phase is not status.phase:
+            _log.info("job %s: %s -> %s", key.name, status.phase, step.status.phase)
+            crashpoints.maybe_crash_after(step.status.phase.value)
+    memory.ledger = step.ledger
+    if step.status.attempt != status.attempt:
+        memory.seen = {n: a for n, a in memory.seen.items() if a >= step.status.attempt}
+    for name in step.delete_pods:
+        await asyncio.to_thread(kube.delete_pod, key.namespace, name, force=step.force_delete)
+    await asyncio.to_thread(_put_live, memory.token, step, facts)
+    for event in step.events:
+        await asyncio.to_thread(kube.event, job, event.type, event.reason, event.message)
+    _record_metrics(step)
+    return True

@@ -1,0 +1,228 @@
+"""The operator as a separate process for integration tests, and the job manifests they use.
+
+The operator runs exactly as in production (`python -m stabletrain_operator`) against the
+test control plane, watching one namespace, with its metrics and liveness on free loopback
+ports. Stopping deletes the namespace's jobs first while the operator still runs: kopf puts
+a finalizer on every object that has a daemon, and only a running operator removes it, so a
+job left behind would hold its namespace in Terminating forever.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+
+from stabletrain_operator.api.constants import CRD_NAME, GROUP, PLURAL, VERSION
+from stabletrain_operator.api.crdgen import CRD_PATH
+from support.controlplane import ControlPlane
+from support.processes import ManagedProcess, free_port
+
+REPO = Path(__file__).resolve().parents[2]
+WORKER = REPO / "tests" / "support" / "workloads" / "contract_worker.py"
+Json = dict[str, Any]
+
+
+def install_crd(plane: ControlPlane) -> None:
+    """Server-side apply of the generated CRD, then wait until it is Established."""
+    subprocess.run(
+        plane.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / CRD_PATH)),
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    jsonpath = '{.status.conditions[?(@.type=="Established")].status}'
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        state = subprocess.run(
+            plane.kubectl("get", "crd", CRD_NAME, "-o", f"jsonpath={jsonpath}"),
+            capture_output=True, text=True, timeout=30, check=False,
+        )  # fmt: skip
+        if state.stdout.strip() == "True":
+            return
+        time.sleep(0.2)
+    raise RuntimeError(f"CRD {CRD_NAME} not Established within 30 s")
+
+
+class OperatorProcess:
+    """One operator process; `kill()` is a SIGKILL, `start()` may be called again after it."""
+
+    def __init__(
+        self, plane: ControlPlane, namespace: str, log_path: Path, env: Mapping[str, str] = {}
+    ) -> None:
+        self.plane = plane
+        self.namespace = namespace
+        self.log_path = log_path
+        self.extra_env = dict(env)
+        self.metrics_port = 0
+        self.process: ManagedProcess | None = None
+
+    def start(self, env: Mapping[str, str] | None = None) -> None:
+        self.metrics_port = free_port()
+        liveness = f"http://127.0.0.1:{free_port()}/healthz"
+        argv = [
+            sys.executable, "-m", "stabletrain_operator", "--namespace", self.namespace,
+            "--metrics-port", str(self.metrics_port), "--liveness", liveness,
+        ]  # fmt: skip
+        full_env = {**self.plane.env(), **self.extra_env, **(env or {})}
+        self.process = ManagedProcess("operator", argv, self.log_path, env=full_env)
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.alive()
+
+    def wait_dead(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while self.alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return not self.alive()
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.stop()
+            self.process = None
+
+    def metrics(self) -> str:
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return str(response.read().decode())
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+def delete_jobs(api_client: client.ApiClient, namespace: str, timeout: float = 60) -> None:
+    """Delete every job of the namespace and wait until the operator released them."""
+    custom = client.CustomObjectsApi(api_client)
+    with contextlib.suppress(client.ApiException):
+        custom.delete_collection_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        listed = custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)
+        if not listed["items"]:
+            return
+        time.sleep(0.2)
+
+
+@contextlib.contextmanager
+def running_operator(
+    plane: ControlPlane,
+    api_client: client.ApiClient,
+    namespace: str,
+    log_path: Path,
+    env: Mapping[str, str] = {},
+) -> Iterator[OperatorProcess]:
+    operator = OperatorProcess(plane, namespace, log_path, env)
+    operator.start()
+    try:
+        yield operator
+    finally:
+        if not operator.alive():
+            operator.start(env={"STABLETRAIN_OPERATOR_CRASH_AFTER": ""})
+        delete_jobs(api_client, namespace)
+        operator.stop()
+
+
+def create_claim(core: client.CoreV1Api, namespace: str, name: str = "pfs") -> None:
+    body: Json = {
+        "metadata": {"name": name},
+        "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}},
+    }
+    core.create_namespaced_persistent_volume_claim(namespace, body)
+
+
+def job_manifest(
+    name: str,
+    worker_env: Mapping[str, str],
+    *,
+    nodes: int = 2,
+    recovery: Json | None = None,
+    detection: Json | None = None,
+) -> Json:
+    """A job whose pods run the contract worker under torchrun, 2 nodes x 1 process."""
+    container = {
+        "name": "trainer",
+        "image": "local",
+        "command": ["torchrun", str(WORKER)],
+        "env": [{"name": k, "value": v} for k, v in worker_env.items()],
+    }
+    spec: Json = {
+        "workers": {
+            "nodes": nodes,
+            "processesPerNode": 1,
+            "rendezvous": {"timeoutSeconds": 60},
+            "template": {"spec": {"containers": [container], "terminationGracePeriodSeconds": 5}},
+        },
+        "checkpoints": {
+            "local": {"hostPath": f"/stabletrain-nvme/{name}"},
+            "pfs": {"claimName": "pfs"},
+            "intervalSteps": 5,
+        },
+        "detection": detection
+        or {
+            "baseline": {"warmupSteps": 3, "minSamples": 3},
+            "nonFinite": {"consecutiveSteps": 1},
+        },
+    }
+    if recovery is not None:
+        spec["recovery"] = recovery
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "StableTrainingJob",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+class Jobs:
+    """Reads and waits on jobs of one namespace."""
+
+    def __init__(self, api_client: client.ApiClient, namespace: str) -> None:
+        self.custom = client.CustomObjectsApi(api_client)
+        self.core = client.CoreV1Api(api_client)
+        self.namespace = namespace
+
+    def create(self, manifest: Json) -> Json:
+        created: Json = self.custom.create_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, PLURAL, manifest
+        )
+        return created
+
+    def get(self, name: str) -> Json:
+        job: Json = self.custom.get_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, PLURAL, name
+        )
+        return job
+
+    def patch_spec(self, name: str, spec: Json) -> None:
+        self.custom.patch_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, PLURAL, name, {"spec": spec}
+        )
+
+    def status(self, name: str) -> Json:
+        return dict(self.get(name).get("status") or {})
+
+    def wait(self, name: str, check: Any, timeout: float, what: str) -> Json:
+        """Polls the job's status until `check(status)` is truthy; the error shows the last."""
+        deadline = time.monotonic() + timeout
+        status: Json = {}
+        while time.monotonic() < deadline:
+            status = self.status(name)
+            if check(status):
+                return status
+            time.sleep(0.2)
+        raise AssertionError(f"timed out after {timeout} s waiting for {what}; status: {status}")
+
+    def pods(self, name: str) -> list[Any]:
+        listed = self.core.list_namespaced_pod(self.namespace, label_selector=f"{GROUP}/job={name}")
+        return list(listed.items)
+
+    def events(self, name: str) -> list[Any]:
+        listed = self.core.list_namespaced_event(
+            self.namespace, field_selector=f"involvedObject.name={name}"
+        )
+        return sorted(listed.items, key=lambda e: e.metadata.creation_timestamp)

@@ -1,0 +1,176 @@
+"""A torch-free stand-in for a training script that speaks the trainer-agent's contracts.
+
+Run under torchrun in the operator's pods. It uses the real agent pieces the operator talks
+to (DirectiveSource, SignalMonitor, AgentExporter, the trip report), over a synthetic loss
+curve, so operator tests run in seconds with every fault chosen exactly:
+
+- ST_STEPS (total steps), ST_STEP_SECONDS (sleep per step), ST_CKPT_EVERY (save interval)
+- ST_NAN_AT: the loss is NaN from this step on (attempt ST_FAULT_ATTEMPT only, default 0)
+- ST_SPIKE_AT/ST_SPIKE_LEN/ST_SPIKE_FACTOR: the data of these steps spikes the loss, unless
+  the directives skip them (what a poisoned shard does)
+- ST_GRAD_SPIKE_AT/ST_GRAD_SPIKE_LEN: a report-only grad-norm spike
+- ST_NO_PFS_STEPS: comma-separated save steps whose PFS copy is never written
+
+Checkpoints are real files: `<local>/step-N` on the node's tier and `<pfs>/step-N/<node>`
+on the shared one; the inventory is read back from disk every step, so a missing PFS copy
+is missing because no file is there. Each step appends a JSON line to
+`<pfs>/log/attempt-<a>-rank-<r>.jsonl` for the test to read.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+from stabletrain_agent.contract import env
+from stabletrain_agent.contract.directives import SkipRange
+from stabletrain_agent.contract.inventory import (
+    CheckpointRecord,
+    NodeCopy,
+    TierCopy,
+    compact_inventory,
+)
+from stabletrain_agent.directives import DirectiveSource
+from stabletrain_agent.export import AgentExporter
+from stabletrain_agent.signals.monitor import SignalMonitor, StepObservation
+from stabletrain_agent.trip import build_trip_report, write_termination_message
+
+
+def _int(name: str, default: int) -> int:
+    return int(os.environ.get(name, str(default)))
+
+
+def _in_skip(step: int, skip: Sequence[SkipRange]) -> bool:
+    return any(r.first <= step <= r.last for r in skip)
+
+
+def _save(local: Path, pfs: Path, step: int, *, attempt: int, node: str, no_pfs: set[int]) -> None:
+    record = json.dumps({"step": step, "attempt": attempt, "node": node}).encode()
+    (local / f"step-{step}").mkdir(parents=True, exist_ok=True)
+    (local / f"step-{step}" / "state.json").write_bytes(record)
+    if step not in no_pfs:
+        (pfs / f"step-{step}").mkdir(parents=True, exist_ok=True)
+        (pfs / f"step-{step}" / f"{node}.json").write_bytes(record)
+
+
+def _inventory(local: Path, pfs: Path, node: str, nodes: int) -> list[CheckpointRecord]:
+    records = []
+    for directory in sorted(local.glob("step-*")):
+        step = int(directory.name.split("-")[1])
+        state = json.loads((directory / "state.json").read_text())
+        parts = list((pfs / directory.name).glob("*.json"))
+        complete = len(parts) >= nodes
+        records.append(
+            CheckpointRecord(
+                step=step,
+                attempt=state["attempt"],
+                stable=True,
+                saved_at=datetime.fromtimestamp(directory.stat().st_mtime, UTC),
+                pfs=TierCopy(complete=complete, verified=complete),
+                local=(NodeCopy(node=node, complete=True, verified=True),),
+            )
+        )
+    return sorted(records, key=lambda r: r.step)
+
+
+def main() -> int:
+    attempt = _int(env.ATTEMPT, 0)
+    node = os.environ.get(env.NODE_NAME, "local")
+    nodes = _int(env.NODES, 1)
+    rank = _int("RANK", 0)
+    local = Path(os.environ.get(env.LOCAL_CHECKPOINT_DIR, "/tmp/local"))
+    pfs = Path(os.environ.get(env.PFS_CHECKPOINT_DIR, "/tmp/pfs"))
+    steps = _int("ST_STEPS", 60)
+    pause = float(os.environ.get("ST_STEP_SECONDS", "0.1"))
+    every = _int("ST_CKPT_EVERY", 5)
+    fault_attempt = _int("ST_FAULT_ATTEMPT", 0)
+    nan_at = _int("ST_NAN_AT", -1)
+    spike_at, spike_len = _int("ST_SPIKE_AT", -1), _int("ST_SPIKE_LEN", 0)
+    spike_factor = float(os.environ.get("ST_SPIKE_FACTOR", "3.0"))
+    grad_at, grad_len = _int("ST_GRAD_SPIKE_AT", -1), _int("ST_GRAD_SPIKE_LEN", 0)
+    no_pfs = {int(s) for s in os.environ.get("ST_NO_PFS_STEPS", "").split(",") if s}
+
+    source = DirectiveSource.from_env()
+    directives = source.latest()
+    if directives is None:
+        print("contract_worker: no directives in the environment", file=sys.stderr)
+        return 2
+    exporter = AgentExporter.from_env(source)
+    if exporter is not None:
+        exporter.start()
+    monitor = SignalMonitor(directives.detection, directives.trip_on)
+    log_dir = pfs / "log"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log = (log_dir / f"attempt-{attempt}-rank-{rank}.jsonl").open("a", encoding="utf-8")
+    start = directives.resume_step or 0
+    if directives.resume_step is not None and not any((pfs / f"step-{start}").glob("*.json")):
+        print(f"contract_worker: checkpoint {start} is not on the PFS", file=sys.stderr)
+        return 3
+    applied = directives
+    try:
+        for step in range(start + 1, steps + 1):
+            latest = source.latest() or applied
+            if latest.generation != applied.generation:
+                monitor.reconfigure(latest.detection, latest.trip_on)
+                applied = latest
+            faulty = attempt == fault_attempt
+            loss = 1.0 + 2.0 * math.exp(-step / 50.0) + 0.01 * math.sin(step)
+            grad_norm = 1.0 + 0.01 * math.cos(step)
+            if spike_at <= step < spike_at + spike_len and not _in_skip(step, applied.skip):
+                loss *= spike_factor
+            if faulty and nan_at >= 0 and step >= nan_at:
+                loss = float("nan")
+            if grad_at <= step < grad_at + grad_len:
+                grad_norm *= 10.0
+            lr = 0.1 * applied.lr_multiplier(step)
+            verdict = monitor.observe(
+                StepObservation(
+                    step=step, loss=loss, grad_norm=grad_norm, lr=lr, tokens_per_second=1000.0,
+                    checkpoint_in_flight=False, steps_since_start=step - start - 1,
+                )
+            )  # fmt: skip
+            if exporter is not None:
+                exporter.update(
+                    monitor.snapshot(),
+                    lr_scale=applied.lr_scale,
+                    applied_generation=applied.generation,
+                )
+            entry = {"step": step, "loss": loss, "lr": lr, "lrScale": applied.lr_scale,
+                     "generation": applied.generation, "time": time.time()}  # fmt: skip
+            log.write(json.dumps(entry) + "\n")
+            log.flush()
+            if verdict.trip:
+                records = _inventory(local, pfs, node, nodes)
+                report = build_trip_report(
+                    verdict,
+                    attempt=attempt,
+                    node=node,
+                    last_good_step=monitor.last_good_step,
+                    inventory=compact_inventory(records, node),
+                    lineage_path="",
+                )
+                if exporter is not None:
+                    exporter.record_trip(report)
+                write_termination_message(Path(os.environ[env.TERMINATION_MESSAGE_PATH]), report)
+                print(f"contract_worker: tripped at step {step}: {report.signal}", file=sys.stderr)
+                return 1
+            if step % every == 0:
+                _save(local, pfs, step, attempt=attempt, node=node, no_pfs=no_pfs)
+            if exporter is not None:
+                exporter.set_inventory(_inventory(local, pfs, node, nodes))
+            time.sleep(pause)
+    finally:
+        log.close()
+        if exporter is not None:
+            exporter.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
