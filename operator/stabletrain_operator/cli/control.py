@@ -13,7 +13,7 @@ import secrets
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO
 
 from stabletrain_operator.api.constants import Phase
 from stabletrain_operator.api.spec import NAME_PATTERN
@@ -82,8 +82,14 @@ def set_suspend(cluster: Cluster, name: str, *, suspend: bool) -> bool:
     return True
 
 
+class JobReader(Protocol):
+    """What waiting needs from the cluster: read one job."""
+
+    def get(self, name: str) -> dict[str, Any]: ...
+
+
 def wait_for(
-    cluster: Cluster,
+    cluster: JobReader,
     name: str,
     done: Callable[[dict[str, Any]], bool],
     *,
