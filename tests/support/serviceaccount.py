@@ -86,10 +86,14 @@ class ServiceAccountClient:
         env["PATH"] = f"{self.plane.bin_dir}:{env.get('PATH', '')}"
         return env
 
-    def can_i(self, verb: str, resource: str, namespace: str | None = None) -> bool:
-        """`kubectl auth can-i` as the account itself (a SelfSubjectAccessReview)."""
+    def can_i(
+        self, verb: str, resource: str, namespace: str | None = None, subresource: str = ""
+    ) -> bool:
+        """`kubectl auth can-i` as the account itself (a SelfSubjectAccessReview); no
+        namespace asks about all namespaces at once (what a ClusterRole grants)."""
         scope = ["--namespace", namespace] if namespace else ["--all-namespaces"]
-        done = self.run("auth", "can-i", verb, resource, *scope)
+        sub = [f"--subresource={subresource}"] if subresource else []
+        done = self.run("auth", "can-i", verb, resource, *scope, *sub)
         answer = done.stdout.strip()
         if answer not in ("yes", "no"):
             raise RuntimeError(f"can-i {verb} {resource}: {done.stdout} {done.stderr}")

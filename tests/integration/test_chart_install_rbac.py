@@ -1,0 +1,508 @@
+"""`helm install` into the real control plane, then the chart's ServiceAccount, with a token
+from the TokenRequest API (never the admin's certificate), asks and acts: it can do every
+write the operator makes for a job, and it cannot read any Secret (not even the token
+Secret it created), cannot reach pods or jobs outside the namespaces it serves, and
+cannot widen its own permissions.
+
+Two releases: one namespaced (two watched namespaces, Roles only) and one cluster-wide with
+HA peering (its kopf peering object comes from a post-install hook, which also proves the
+release can create an object of a CRD it installs itself).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+
+from support.chart import CHART, helm
+from support.controlplane import ControlPlane
+from support.serviceaccount import ServiceAccountClient, service_account_kubeconfig
+
+REPO = CHART.parents[1]
+JOB_MANIFEST = REPO / "examples" / "manifests" / "minimal.yaml"
+JOBS = "stabletrainingjobs.stabletrain.dev"
+FORBIDDEN = "Forbidden"
+Manifest = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Release:
+    name: str
+    namespace: str
+    watched: tuple[str, ...]
+    """Empty for a cluster-wide release."""
+    other: str
+    """A namespace the release does not serve (cluster-wide: one it serves like any other)."""
+    account: ServiceAccountClient
+
+    @property
+    def fullname(self) -> str:
+        return f"{self.name}-stabletrain"
+
+
+def kubectl(
+    plane: ControlPlane, *args: str, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        plane.kubectl(*args), input=stdin, capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def create_namespaces(core: client.CoreV1Api, count: int) -> list[str]:
+    names = [f"t-rbac-{uuid.uuid4().hex[:8]}" for _ in range(count)]
+    for name in names:
+        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    # Pods need their namespace's `default` ServiceAccount, made by kube-controller-manager.
+    for name in names:
+        deadline = time.monotonic() + 30
+        while not core.list_namespaced_service_account(name).items:
+            assert time.monotonic() < deadline, f"no default ServiceAccount in {name}"
+            time.sleep(0.1)
+    return names
+
+
+@contextlib.contextmanager
+def installed(
+    plane: ControlPlane,
+    api_client: client.ApiClient,
+    workdir: Path,
+    sets: list[str],
+    watched_count: int,
+) -> Iterator[Release]:
+    """A release in fresh namespaces; uninstalled and the namespaces deleted on any exit."""
+    core = client.CoreV1Api(api_client)
+    namespace, other, *watched = create_namespaces(core, 2 + watched_count)
+    name = f"r{uuid.uuid4().hex[:6]}"
+    env = plane.env()
+    for kind in ("CACHE", "CONFIG", "DATA"):
+        env[f"HELM_{kind}_HOME"] = str(workdir / f"helm-{kind.lower()}")
+    if watched:
+        sets = [*sets, f"watchNamespaces={{{','.join(watched)}}}"]
+    set_args = [arg for assignment in sets for arg in ("--set", assignment)]
+    try:
+        done = helm("install", name, str(CHART), "--namespace", namespace, *set_args, env=env)
+        assert done.returncode == 0, done.stderr
+        assert "STATUS: deployed" in done.stdout, done.stdout
+        account = service_account_kubeconfig(
+            plane, namespace, f"{name}-stabletrain", workdir / f"{name}.kubeconfig"
+        )
+        yield Release(name, namespace, tuple(watched), other, account)
+    finally:
+        helm("uninstall", name, "--namespace", namespace, "--wait", env=env)
+        for ns in (namespace, other, *watched):
+            core.delete_namespace(ns)
+
+
+@pytest.fixture(scope="module")
+def namespaced(
+    control_plane: ControlPlane,
+    api_client: client.ApiClient,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Release]:
+    with installed(control_plane, api_client, tmp_path_factory.mktemp("ns"), [], 2) as release:
+        yield release
+
+
+@pytest.fixture(scope="module")
+def clusterwide(
+    control_plane: ControlPlane,
+    api_client: client.ApiClient,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Release]:
+    sets = ["operator.replicas=2", "operator.peering.enabled=true"]
+    with installed(control_plane, api_client, tmp_path_factory.mktemp("cw"), sets, 0) as release:
+        yield release
+
+
+def get_json(plane: ControlPlane, *args: str) -> Manifest:
+    done = kubectl(plane, "get", *args, "-o", "json")
+    assert done.returncode == 0, done.stderr
+    found: Manifest = json.loads(done.stdout)
+    return found
+
+
+def create_job(plane: ControlPlane, namespace: str) -> Manifest:
+    """A StableTrainingJob made by a user (the admin), as the operator would find it."""
+    job = yaml.safe_load(JOB_MANIFEST.read_text())
+    job["metadata"] = {"name": f"job-{uuid.uuid4().hex[:6]}", "namespace": namespace}
+    done = kubectl(plane, "create", "-o", "json", "-f", "-", stdin=json.dumps(job))
+    assert done.returncode == 0, done.stderr
+    created: Manifest = json.loads(done.stdout)
+    return created
+
+
+def owned_by(job: Manifest, kind: str, name: str, body: Manifest) -> Manifest:
+    """An object the way the operator makes it: owned by the job, blocking its deletion."""
+    meta = job["metadata"]
+    owner = {
+        "apiVersion": job["apiVersion"],
+        "kind": job["kind"],
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+    metadata = {
+        "name": name,
+        "namespace": meta["namespace"],
+        "labels": {"stabletrain.dev/job": meta["name"]},
+        "ownerReferences": [owner],
+    }
+    return {"apiVersion": "v1", "kind": kind, "metadata": metadata, **body}
+
+
+def worker_pod(job: Manifest, name: str) -> Manifest:
+    return owned_by(
+        job,
+        "Pod",
+        name,
+        {
+            "spec": {
+                "restartPolicy": "Never",
+                "containers": [{"name": "trainer", "image": "stabletrain/tiny-gpt:dev"}],
+            }
+        },
+    )
+
+
+def as_account(release: Release, *args: str, stdin: str | None = None) -> str:
+    """Runs kubectl as the ServiceAccount; returns stdout, fails the test on an error."""
+    done = release.account.run(*args, stdin=stdin)
+    assert done.returncode == 0, f"{release.account.username}: kubectl {args}: {done.stderr}"
+    return done.stdout
+
+
+def refused(release: Release, *args: str, stdin: str | None = None) -> str:
+    """Runs kubectl as the ServiceAccount and requires the API server to say Forbidden."""
+    done = release.account.run(*args, stdin=stdin)
+    assert done.returncode != 0, f"{release.account.username} was allowed: kubectl {args}"
+    assert FORBIDDEN in done.stderr, done.stderr
+    return done.stderr
+
+
+# --- the namespaced release ---------------------------------------------------------------
+
+
+def test_helm_install_creates_the_operator_deployment(
+    control_plane: ControlPlane, namespaced: Release
+) -> None:
+    deployment = get_json(
+        control_plane, "deployment", namespaced.fullname, "-n", namespaced.namespace
+    )
+    spec = deployment["spec"]
+    assert spec["replicas"] == 1
+    assert spec["strategy"]["type"] == "Recreate"
+    pod = spec["template"]["spec"]
+    assert pod["serviceAccountName"] == namespaced.account.name
+    args = pod["containers"][0]["args"]
+    assert [a for a in args if a.startswith("--namespace=")] == [
+        f"--namespace={ns}" for ns in namespaced.watched
+    ]
+    # The stabletrain CRD came with the release (crds/) or was there already.
+    get_json(control_plane, "crd", JOBS)
+    for ns in namespaced.watched:
+        get_json(control_plane, "role", namespaced.fullname, "-n", ns)
+        get_json(control_plane, "rolebinding", namespaced.fullname, "-n", ns)
+    missing = kubectl(control_plane, "get", "clusterrole", namespaced.fullname)
+    assert "NotFound" in missing.stderr
+
+
+NEEDED = [
+    ("list", JOBS, ""),
+    ("watch", JOBS, ""),
+    ("patch", JOBS, ""),
+    ("patch", JOBS, "status"),
+    ("update", JOBS, "finalizers"),
+    ("create", "pods", ""),
+    ("delete", "pods", ""),
+    ("watch", "pods", ""),
+    ("create", "services", ""),
+    ("create", "configmaps", ""),
+    ("patch", "configmaps", ""),
+    ("create", "secrets", ""),
+    ("create", "events", ""),
+]
+NOT_NEEDED = [
+    ("get", "secrets", ""),
+    ("list", "secrets", ""),
+    ("watch", "secrets", ""),
+    ("update", "secrets", ""),
+    ("delete", JOBS, ""),
+    ("create", JOBS, ""),
+    ("patch", "pods", ""),
+    ("create", "pods", "exec"),
+    ("create", "pods", "portforward"),
+    ("create", "serviceaccounts", "token"),
+    ("create", "roles.rbac.authorization.k8s.io", ""),
+    ("create", "rolebindings.rbac.authorization.k8s.io", ""),
+    ("update", "deployments.apps", ""),
+]
+
+
+def test_can_i_everything_the_operator_needs_in_every_watched_namespace(
+    namespaced: Release,
+) -> None:
+    for ns in namespaced.watched:
+        denied = [
+            (verb, resource, sub)
+            for verb, resource, sub in NEEDED
+            if not namespaced.account.can_i(verb, resource, ns, sub)
+        ]
+        assert denied == [], ns
+
+
+def test_can_i_nothing_else(namespaced: Release) -> None:
+    account = namespaced.account
+    allowed = [
+        (verb, resource, sub, ns)
+        for ns in (*namespaced.watched, namespaced.namespace)
+        for verb, resource, sub in NOT_NEEDED
+        if account.can_i(verb, resource, ns, sub)
+    ]
+    assert allowed == []
+    outside = [
+        (verb, resource)
+        for verb, resource, sub in NEEDED
+        if account.can_i(verb, resource, namespaced.other, sub)
+        or account.can_i(verb, resource, namespaced.namespace, sub)
+        or account.can_i(verb, resource, None, sub)
+    ]
+    assert outside == [], "a namespaced release grants nothing outside its namespaces"
+    for verb, resource in [
+        ("list", "nodes"),
+        ("list", "namespaces"),
+        ("list", "customresourcedefinitions"),
+    ]:
+        assert not account.can_i(verb, resource)
+
+
+def test_the_operator_writes_succeed_with_the_service_account_token(
+    control_plane: ControlPlane, namespaced: Release
+) -> None:
+    ns = namespaced.watched[0]
+    job = create_job(control_plane, ns)
+    name = job["metadata"]["name"]
+    # Watch and read the job; keep kopf-style progress in an annotation; write status.
+    listed = json.loads(as_account(namespaced, "get", JOBS, "-n", ns, "-o", "json"))
+    assert [item["metadata"]["name"] for item in listed["items"]] == [name]
+    as_account(
+        namespaced,
+        "annotate",
+        JOBS,
+        name,
+        "-n",
+        ns,
+        "kopf.zalando.org/last-handled-configuration={}",
+    )
+    status = {"status": {"phase": "Running", "attempt": 1}}
+    as_account(
+        namespaced,
+        "patch",
+        JOBS,
+        name,
+        "-n",
+        ns,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        json.dumps(status),
+    )
+    assert get_json(control_plane, JOBS, name, "-n", ns)["status"]["phase"] == "Running"
+    # What an attempt consists of: headless Service, token Secret, ConfigMap, worker pods.
+    service = owned_by(
+        job, "Service", name, {"spec": {"clusterIP": "None", "ports": [{"port": 9400}]}}
+    )
+    secret = owned_by(job, "Secret", f"{name}-token", {"stringData": {"token": "t"}})
+    config_map = owned_by(job, "ConfigMap", f"{name}-a1-directives", {"data": {"a": "1"}})
+    pods = [worker_pod(job, f"{name}-a1-{rank}") for rank in range(2)]
+    for manifest in (service, secret, config_map, *pods):
+        as_account(namespaced, "create", "-f", "-", stdin=json.dumps(manifest))
+    as_account(
+        namespaced,
+        "patch",
+        "configmap",
+        f"{name}-a1-directives",
+        "-n",
+        ns,
+        "--type=merge",
+        "-p",
+        '{"data": {"a": "2"}}',
+    )
+    event = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": f"{name}.", "namespace": ns},
+        "involvedObject": {
+            "apiVersion": job["apiVersion"],
+            "kind": job["kind"],
+            "name": name,
+            "namespace": ns,
+            "uid": job["metadata"]["uid"],
+        },
+        "reason": "RollbackStarted",
+        "message": "RBAC check",
+        "type": "Normal",
+    }
+    as_account(namespaced, "create", "-f", "-", stdin=json.dumps(event))
+    # A rollback stops the attempt: delete its pods (force, as after the grace period).
+    for pod in pods:
+        as_account(
+            namespaced,
+            "delete",
+            "pod",
+            pod["metadata"]["name"],
+            "-n",
+            ns,
+            "--grace-period=0",
+            "--force",
+            "--wait=false",
+        )
+    as_account(namespaced, "delete", "configmap", f"{name}-a1-directives", "-n", ns)
+    # It can create the token Secret, and cannot read it back.
+    refused(namespaced, "get", "secret", f"{name}-token", "-n", ns)
+
+
+def test_unrelated_secrets_and_other_namespaces_are_out_of_reach(
+    control_plane: ControlPlane, namespaced: Release
+) -> None:
+    watched, other = namespaced.watched[0], namespaced.other
+    for ns in (watched, other, namespaced.namespace):
+        created = kubectl(
+            control_plane,
+            "create",
+            "secret",
+            "generic",
+            "db-password",
+            "-n",
+            ns,
+            "--from-literal=password=hunter2",
+        )
+        assert created.returncode == 0, created.stderr
+        message = refused(namespaced, "get", "secret", "db-password", "-n", ns)
+        assert "hunter2" not in message
+        refused(namespaced, "get", "secrets", "-n", ns)
+    refused(namespaced, "get", "secrets", "--all-namespaces")
+    # Pods and jobs of a namespace it does not serve.
+    job = create_job(control_plane, other)
+    admin_pod = worker_pod(job, "not-yours")
+    created = kubectl(control_plane, "create", "-f", "-", stdin=json.dumps(admin_pod))
+    assert created.returncode == 0, created.stderr
+    refused(namespaced, "get", "pods", "-n", other)
+    refused(namespaced, "delete", "pod", "not-yours", "-n", other, "--wait=false")
+    refused(namespaced, "create", "-f", "-", stdin=json.dumps(worker_pod(job, "sneaky")))
+    refused(namespaced, "get", JOBS, "-n", other)
+    refused(
+        namespaced,
+        "patch",
+        JOBS,
+        job["metadata"]["name"],
+        "-n",
+        other,
+        "--type=merge",
+        "-p",
+        '{"metadata": {"annotations": {"x": "y"}}}',
+    )
+    refused(namespaced, "get", JOBS, "--all-namespaces")
+    refused(namespaced, "get", "pods", "-n", namespaced.namespace)
+    # Nor can it grant itself more.
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": "more", "namespace": watched},
+        "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}],
+    }
+    refused(namespaced, "create", "-f", "-", stdin=json.dumps(role))
+    assert get_json(control_plane, "pod", "not-yours", "-n", other)["metadata"]["name"]
+
+
+# --- the cluster-wide HA release ----------------------------------------------------------
+
+
+def test_cluster_release_serves_every_namespace_but_reads_no_secret(
+    control_plane: ControlPlane, clusterwide: Release
+) -> None:
+    account = clusterwide.account
+    for verb, resource, sub in NEEDED:
+        assert account.can_i(verb, resource, None, sub), (verb, resource, sub)
+    assert account.can_i("watch", "customresourcedefinitions")
+    for verb in ("get", "list", "watch"):
+        assert not account.can_i(verb, "secrets"), verb
+    assert not account.can_i("create", "customresourcedefinitions")
+    assert not account.can_i("list", "namespaces")
+    job = create_job(control_plane, clusterwide.other)
+    listed = json.loads(as_account(clusterwide, "get", JOBS, "--all-namespaces", "-o", "json"))
+    assert job["metadata"]["name"] in {item["metadata"]["name"] for item in listed["items"]}
+    created = kubectl(
+        control_plane,
+        "create",
+        "secret",
+        "generic",
+        "db-password",
+        "-n",
+        clusterwide.other,
+        "--from-literal=password=hunter2",
+    )
+    assert created.returncode == 0, created.stderr
+    refused(clusterwide, "get", "secret", "db-password", "-n", clusterwide.other)
+    refused(clusterwide, "get", "secrets", "--all-namespaces")
+
+
+def test_ha_peering_object_exists_and_only_it_can_be_touched(
+    control_plane: ControlPlane, clusterwide: Release
+) -> None:
+    peering = get_json(control_plane, "clusterkopfpeering", clusterwide.fullname)
+    assert peering["metadata"]["annotations"]["helm.sh/hook"] == "post-install,post-upgrade"
+    deployment = get_json(
+        control_plane, "deployment", clusterwide.fullname, "-n", clusterwide.namespace
+    )
+    assert deployment["spec"]["replicas"] == 2
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert f"--peering={clusterwide.fullname}" in args
+    # kopf's keep-alive: a merge patch of status on its own peering object.
+    alive = {"status": {"op-1": {"priority": 7, "lifetime": 60, "lastseen": "2026-01-01T00:00:00"}}}
+    as_account(
+        clusterwide,
+        "patch",
+        "clusterkopfpeering",
+        clusterwide.fullname,
+        "--type=merge",
+        "-p",
+        json.dumps(alive),
+    )
+    listed = json.loads(as_account(clusterwide, "get", "clusterkopfpeerings", "-o", "json"))
+    assert clusterwide.fullname in {item["metadata"]["name"] for item in listed["items"]}
+    other = f"other-{uuid.uuid4().hex[:6]}"
+    created = kubectl(
+        control_plane,
+        "create",
+        "-f",
+        "-",
+        stdin=json.dumps(
+            {"apiVersion": "kopf.dev/v1", "kind": "ClusterKopfPeering", "metadata": {"name": other}}
+        ),
+    )
+    assert created.returncode == 0, created.stderr
+    try:
+        refused(
+            clusterwide,
+            "patch",
+            "clusterkopfpeering",
+            other,
+            "--type=merge",
+            "-p",
+            json.dumps(alive),
+        )
+        refused(clusterwide, "delete", "clusterkopfpeering", clusterwide.fullname)
+    finally:
+        kubectl(control_plane, "delete", "clusterkopfpeering", other)
