@@ -310,14 +310,6 @@ class LocalCluster:
                     del self._workers[uid]
                     self._retired.add(uid)
 
-    def pod_ip(self, namespace: str, name: str) -> str:
-        """The IP the node gave a running pod ('' when it has none here)."""
-        with self._lock:
-            for _, worker in self._workers.values():
-                if worker.name == f"{namespace}/{name}":
-                    return worker.pod_ip
-        return ""
-
 
 def _mtime(path: Path) -> float:
     return path.stat().st_mtime

@@ -32,7 +32,7 @@ def now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _conditions(timestamp: str) -> list[Json]:
+def _conditions(since: str, heartbeat: str) -> list[Json]:
     healthy = [
         ("MemoryPressure", "KubeletHasSufficientMemory"),
         ("DiskPressure", "KubeletHasNoDiskPressure"),
@@ -40,32 +40,37 @@ def _conditions(timestamp: str) -> list[Json]:
     ]
     conditions = [
         {"type": kind, "status": "False", "reason": reason, "message": "local node",
-         "lastHeartbeatTime": timestamp, "lastTransitionTime": timestamp}
+         "lastHeartbeatTime": heartbeat, "lastTransitionTime": since}
         for kind, reason in healthy
     ]  # fmt: skip
     conditions.append(
         {"type": "Ready", "status": "True", "reason": "KubeletReady",
          "message": "local node is posting ready status",
-         "lastHeartbeatTime": timestamp, "lastTransitionTime": timestamp}
+         "lastHeartbeatTime": heartbeat, "lastTransitionTime": since}
     )  # fmt: skip
     return conditions
 
 
-def node_status(address: str, timestamp: str) -> Json:
+def node_info() -> Json:
+    """Made once per node: a changing boot ID would tell the control plane it rebooted."""
+    return {
+        "machineID": uuid.uuid4().hex, "systemUUID": str(uuid.uuid4()),
+        "bootID": str(uuid.uuid4()), "kernelVersion": platform.release(),
+        "osImage": "stabletrain local node", "containerRuntimeVersion": "localnode://0",
+        "kubeletVersion": "v1.34.4", "kubeProxyVersion": "", "operatingSystem": "linux",
+        "architecture": "amd64",
+    }  # fmt: skip
+
+
+def node_status(address: str, info: Json, since: str, heartbeat: str) -> Json:
     capacity = {"cpu": "8", "memory": "32Gi", "pods": "110", "ephemeral-storage": "100Gi"}
     return {
         "capacity": capacity,
         "allocatable": capacity,
-        "conditions": _conditions(timestamp),
+        "conditions": _conditions(since, heartbeat),
         "addresses": [{"type": "InternalIP", "address": address}],
-        "nodeInfo": {
-            "machineID": uuid.uuid4().hex, "systemUUID": str(uuid.uuid4()),
-            "bootID": str(uuid.uuid4()), "kernelVersion": platform.release(),
-            "osImage": "stabletrain local node", "containerRuntimeVersion": "localnode://0",
-            "kubeletVersion": "v1.34.4", "kubeProxyVersion": "", "operatingSystem": "linux",
-            "architecture": "amd64",
-        },
-    }  # fmt: skip
+        "nodeInfo": info,
+    }
 
 
 class NodeAgent:
@@ -77,6 +82,8 @@ class NodeAgent:
         self.address = address
         self.labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
                        "kubernetes.io/arch": "amd64", NODE_LABEL: "true", **labels}  # fmt: skip
+        self._info = node_info()
+        self._since = now()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._heartbeat, name=f"node-{name}", daemon=True)
 
@@ -99,7 +106,7 @@ class NodeAgent:
         self.api.request(
             "PATCH",
             f"/api/v1/nodes/{self.name}/status",
-            {"status": node_status(self.address, now())},
+            {"status": node_status(self.address, self._info, self._since, now())},
             content_type="application/strategic-merge-patch+json",
         )
 

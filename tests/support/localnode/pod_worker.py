@@ -19,6 +19,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import urllib3
+from kubernetes.client.exceptions import ApiException
+
 from support.localnode.api import ApiError, Json, RawApi, pod_path
 from support.localnode.container import ContainerRun, Mount, now
 from support.localnode.env import container_argv, container_env, expand
@@ -40,6 +43,8 @@ GONE_GRACE_SECONDS = 2.0
 """A pod deleted behind the node's back (force delete) still gets a short SIGTERM window."""
 DEFAULT_GRACE_SECONDS = 30
 TERMINAL_PHASES = ("Succeeded", "Failed")
+NO_RESTART = "Never"
+"""The restart policy that applies while a pod is being stopped, whatever its own."""
 UNSUPPORTED_POD_FIELDS = ("initContainers", "ephemeralContainers")
 """Refused with a message in the container's waiting state rather than silently skipped."""
 
@@ -112,6 +117,7 @@ class PodWorker:
         self._published: Json | None = None
         self._hosts_version = -1
         self._last_sync = 0.0
+        self._last_error = ""
         self.thread = threading.Thread(target=self._main, name=f"pod-{self.name}", daemon=True)
 
     # -- signals from the node -----------------------------------------------------------
@@ -139,10 +145,6 @@ class PodWorker:
     def shutdown(self) -> None:
         """The local cluster stops: stop the processes, leave the object to the cluster."""
         self._flag("_shutdown")
-
-    @property
-    def pod_ip(self) -> str:
-        return self._pod_ip
 
     def log_path(self, container: str, run: int) -> Path:
         """Output of one run; kept after the pod is gone, until the cluster stops."""
@@ -174,9 +176,20 @@ class PodWorker:
                 self._terminate(pod)
                 return
             if not self._finished:
-                self._step(pod)
+                self._step_surviving_api_errors(pod)
             self._wake.wait(TICK_SECONDS)
             self._wake.clear()
+
+    def _step_surviving_api_errors(self, pod: Json) -> None:
+        """A kubelet keeps its containers running while the API server is unreachable; so
+        does this node: the step is retried on the next tick, the error logged once."""
+        try:
+            self._step(pod)
+            self._last_error = ""
+        except (ApiError, OSError, urllib3.exceptions.HTTPError, ApiException) as error:
+            if str(error) != self._last_error:
+                log.warning("pod %s: %s (retrying)", self.name, error)
+            self._last_error = str(error)
 
     def _step(self, pod: Json) -> None:
         if self._sandbox is None and not self._create_sandbox(pod):
@@ -317,13 +330,13 @@ class PodWorker:
             if self._state()[2]:
                 return
             for container in running:
-                self._collect_exit(container, "Never", time.monotonic())
+                self._collect_exit(container, NO_RESTART, time.monotonic())
             time.sleep(0.05)
         for container in running:
             if container.run is not None:
                 container.run.kill()
                 container.run.process.popen.wait(timeout=10)
-                self._collect_exit(container, "Never", time.monotonic())
+                self._collect_exit(container, NO_RESTART, time.monotonic())
         for container in self._containers:
             container.view.restarts_pending = False
 
@@ -334,13 +347,19 @@ class PodWorker:
             return
         self._finished = True
         self._stop_sandbox()
-        self._publish(pod)
         body = {"gracePeriodSeconds": 0, "preconditions": {"uid": self.uid}}
-        try:
-            self.context.api.delete(pod_path(*self.name.split("/")), body)
-        except ApiError as error:
-            if error.status != 409:  # 409: a newer pod of the same name; not ours to delete
-                raise
+        while not any(self._state()[1:]):
+            try:
+                self._publish(pod)
+                self.context.api.delete(pod_path(*self.name.split("/")), body)
+                return
+            except ApiError as error:
+                if error.status == 409:  # a newer pod of the same name: not ours to delete
+                    return
+                log.warning("pod %s: finalizing failed (retrying): %s", self.name, error)
+            except (OSError, urllib3.exceptions.HTTPError, ApiException) as error:
+                log.warning("pod %s: finalizing failed (retrying): %s", self.name, error)
+            time.sleep(TICK_SECONDS)
 
     def _stop_sandbox(self) -> None:
         if self._sandbox is not None:
@@ -366,10 +385,9 @@ class PodWorker:
             )
             self._published = status
         except ApiError as error:
-            if error.status == 404:
-                self.gone()
-            else:
-                log.warning("pod %s: status update failed, will retry: %s", self.name, error)
+            if error.status != 404:
+                raise
+            self.gone()
 
     def _teardown(self) -> None:
         for container in self._containers:
