@@ -39,6 +39,18 @@ BAD_CSV = [
     ),
     ("short row", "step,loss,lr\n1,2.0\n", "m.csv:2: 2 fields, but the header has 3"),
     ("long row", "step,loss\n1,2.0,3\n", "m.csv:2: 3 fields, but the header has 2"),
+    ("nameless column", "step,loss,\n1,2.0,\n", "m.csv:1: a column has no name"),
+    ("NUL byte", "step,loss\n1,2.0\n2,\x003\n", "m.csv:3: column loss: '\\x003' is not a number"),
+    (
+        "huge field",
+        "step,loss\n1,2.0\n2," + "9" * 200_000 + "\n",
+        "m.csv:3: malformed CSV: field larger",
+    ),
+    (
+        "fractional float step",
+        "step,loss\n1.5,2.0\n",
+        "m.csv:2: column step: '1.5' is not an integer",
+    ),
 ]
 
 
@@ -67,6 +79,15 @@ def test_binary_and_missing_files_are_named(
     assert "missing.csv: no such file" in capsys.readouterr().err
     assert main(["replay", str(tmp_path)]) == 2
     assert "is a directory" in capsys.readouterr().err
+
+
+def test_integral_float_steps_are_accepted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    metrics = tmp_path / "m.csv"
+    metrics.write_text("step,loss\n" + GOOD_ROWS.replace(",", ".0,"))
+    assert main(["replay", str(metrics)]) == 0
+    assert "(steps 0-29)" in capsys.readouterr().err
 
 
 def test_blank_lines_and_a_byte_order_mark_are_tolerated(

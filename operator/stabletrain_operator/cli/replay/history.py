@@ -12,7 +12,7 @@ from __future__ import annotations
 import csv
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
@@ -66,18 +66,26 @@ def read_history(path: Path) -> MetricsHistory:
             f"{path}: not UTF-8 text (byte {error.start}); export the metrics as CSV",
             exit_code=USAGE_EXIT,
         ) from None
-    except csv.Error as error:
-        raise CliError(f"{path}: malformed CSV: {error}", exit_code=USAGE_EXIT) from None
 
 
 def _parse(path: Path, handle: TextIO) -> MetricsHistory:
     reader = csv.reader(handle)
+    try:
+        return _parse_rows(path, reader, lambda: reader.line_num)
+    except csv.Error as error:
+        raise _error(path, reader.line_num, None, f"malformed CSV: {error}") from None
+
+
+def _parse_rows(
+    path: Path, reader: Iterator[list[str]], line_number: Callable[[], int]
+) -> MetricsHistory:
+    """`line_number` is the reader's physical line (quoted cells may span lines)."""
     header = _header(path, next(reader, None))
     custom_columns = tuple(name for name in header if name not in BUILT_IN_COLUMNS)
     rows: list[MetricsRow] = []
     previous_step: int | None = None
     for cells in reader:
-        line = reader.line_num
+        line = line_number()
         if not any(cell.strip() for cell in cells):
             continue
         if len(cells) != len(header):
@@ -126,6 +134,8 @@ def _header(path: Path, cells: list[str] | None) -> tuple[str, ...]:
             )
     seen: set[str] = set()
     for name in names:
+        if not name:
+            raise _error(path, 1, None, "a column has no name (a trailing comma?)")
         if name in seen:
             raise _error(path, 1, name, "column appears twice in the header")
         seen.add(name)
@@ -141,10 +151,14 @@ def _header(path: Path, cells: list[str] | None) -> tuple[str, ...]:
 
 
 def _step(path: Path, line: int, cell: str) -> int:
+    """An integer; `1200.0` too, since pandas writes integer columns that way at times."""
     try:
-        step = int(cell)
+        number = float(cell)
     except ValueError:
         raise _error(path, line, STEP, f"{cell!r} is not an integer step") from None
+    if not number.is_integer():
+        raise _error(path, line, STEP, f"{cell!r} is not an integer step")
+    step = int(number)
     if step < 0:
         raise _error(path, line, STEP, f"step {step} is negative")
     return step
