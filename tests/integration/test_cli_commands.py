@@ -548,3 +548,30 @@ def test_kubectl_finds_the_plugin(control_plane: ControlPlane, crd: str, namespa
     )
     assert listed.returncode == 0, listed.stderr
     assert f"no StableTrainingJobs in namespace {namespace}" in listed.stderr
+
+
+def test_rejected_credentials(cli: Cli, control_plane: ControlPlane, tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "token.kubeconfig"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [
+                    {
+                        "name": "c",
+                        "cluster": {
+                            "server": control_plane.server,
+                            "certificate-authority": str(control_plane.ca.cert_path),
+                        },
+                    }
+                ],
+                "users": [{"name": "u", "user": {"token": "not-a-valid-token"}}],
+                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "c",
+            }
+        )
+    )
+    code, _, err = cli("status", kubeconfig=str(kubeconfig))
+    assert code == 1
+    assert f"the API server at {control_plane.server} rejected the credentials" in err
