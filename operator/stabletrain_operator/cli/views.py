@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from stabletrain_agent.contract.directives import SkipRange
 from stabletrain_agent.contract.inventory import CheckpointRecord, TierCopy
+from stabletrain_operator.api.constants import Phase
 from stabletrain_operator.api.spec import RecoverySpec
 from stabletrain_operator.api.status import StableTrainingJobStatus
 from stabletrain_operator.cli.errors import CliError
@@ -59,7 +60,7 @@ def job_details(job: dict[str, Any], *, now: datetime) -> str:
     status = job_status(job)
     budgets = _recovery(job).budgets
     spec = job.get("spec") or {}
-    phase = status.phase.value + (" (suspend requested)" if spec.get("suspend") else "")
+    phase = status.phase.value + _suspend_note(bool(spec.get("suspend")), status.phase)
     lines = [
         f"Name:         {job['metadata']['name']}",
         f"Namespace:    {job['metadata']['namespace']}",
@@ -164,6 +165,15 @@ def history_view(job: dict[str, Any], events: list[dict[str, Any]], *, now: date
     else:
         lines.append("  none (Events expire after an hour by default)")
     return "\n".join(lines)
+
+
+def _suspend_note(suspend: bool, phase: Phase) -> str:
+    """Say so when spec.suspend asks for something the operator has not done yet."""
+    if suspend and phase is not Phase.SUSPENDED:
+        return " (suspend requested)"
+    if not suspend and phase is Phase.SUSPENDED:
+        return " (resume requested)"
+    return ""
 
 
 def _recovery(job: dict[str, Any]) -> RecoverySpec:

@@ -15,7 +15,7 @@ from stabletrain_operator.api.spec import NAME_PATTERN
 from stabletrain_operator.cli.control import new_request_id, phase_is, wait_for
 from stabletrain_operator.cli.errors import CliError
 from stabletrain_operator.cli.table import age, render_table
-from stabletrain_operator.cli.views import job_status, jobs_table
+from stabletrain_operator.cli.views import job_details, job_status, jobs_table
 
 NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 
@@ -144,3 +144,20 @@ def test_wait_stops_at_a_terminal_phase_and_at_the_deadline() -> None:
             clock=lambda: float(next(ticks)),
             sleep=lambda _: None,
         )
+
+
+@pytest.mark.parametrize(
+    ("suspend", "phase", "shown"),
+    [
+        (True, "Running", "Phase:        Running (suspend requested)"),
+        (True, "Suspended", "Phase:        Suspended\n"),
+        (False, "Suspended", "Phase:        Suspended (resume requested)"),
+        (False, "Running", "Phase:        Running\n"),
+    ],
+)
+def test_details_say_when_suspend_is_not_carried_out_yet(
+    suspend: bool, phase: str, shown: str
+) -> None:
+    subject = job("a", {"phase": phase})
+    subject["spec"] = {"suspend": suspend}
+    assert shown in job_details(subject, now=NOW)
