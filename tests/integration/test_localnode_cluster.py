@@ -154,8 +154,8 @@ def test_a_lost_nodes_pods_are_deleted_by_the_control_plane(
     local_cluster: LocalCluster, pod_namespace: str, control_plane: ControlPlane
 ) -> None:
     api = local_cluster.api
-    for name, node in (("doomed-0", "node-b"), ("doomed-1", "node-b"), ("survivor", "node-a")):
-        manifest = pod_manifest(name, ["sleep", "3600"], nodeSelector={ON_NODE: node})
+    for name, target in (("doomed-0", "node-b"), ("doomed-1", "node-b"), ("survivor", "node-a")):
+        manifest = pod_manifest(name, ["sleep", "3600"], nodeSelector={ON_NODE: target})
         create(api, pod_namespace, "pods", manifest)
 
     def all_running() -> bool:

@@ -6,11 +6,15 @@ from __future__ import annotations
 import base64
 import json
 import os
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
+import stabletrain_agent
 from support.localnode import LocalCluster
+from support.localnode.api import Json
 from support.localnode.testing import (
     create,
     pod_manifest,
@@ -57,6 +61,10 @@ def test_termination_message_keeps_the_last_4_kib_and_command_not_found_is_a_sta
     assert "no-such-command-here" in missing["message"]
 
 
+def field(path: str) -> Json:
+    return {"valueFrom": {"fieldRef": {"fieldPath": path}}}
+
+
 def test_env_downward_api_config_sources_and_service_account_token(
     local_cluster: LocalCluster, pod_namespace: str
 ) -> None:
@@ -74,6 +82,9 @@ report["sa_namespace"] = (sa / "namespace").read_text()
 report["ca"] = (sa / "ca.crt").read_text().startswith("-----BEGIN CERTIFICATE")
 report["jwt"] = (sa / "token").read_text()
 report["hostname_file"] = open("/etc/hostname").read().strip()
+import stabletrain_agent, sys
+report["agent"] = stabletrain_agent.__file__
+report["python"] = sys.executable
 note = pathlib.Path("/config/note")
 report["note_before"] = note.read_text()
 deadline = time.time() + 30
@@ -82,7 +93,6 @@ while note.read_text() == "v1" and time.time() < deadline:
 report["note_after"] = note.read_text()
 pathlib.Path("/dev/termination-log").write_text(json.dumps(report))
 """
-    field = lambda path: {"valueFrom": {"fieldRef": {"fieldPath": path}}}  # noqa: E731
     manifest = pod_manifest(
         "env",
         ["python", "-c", script],
@@ -121,6 +131,9 @@ pathlib.Path("/dev/termination-log").write_text(json.dumps(report))
     assert report["NODE_NAME"] == pod["spec"]["nodeName"]
     assert (report["ROLE"], report["LR"], report["TOKEN"]) == ("trainer", "0.001", "s3cret")
     assert report["HOSTNAME"] == report["hostname_file"] == "env"
+    # The venv's python, with the repository's packages importable as in the venv.
+    assert report["python"] == sys.executable
+    assert report["agent"] == str(Path(stabletrain_agent.__file__))
     assert report["sa_namespace"] == pod_namespace
     assert report["ca"]
     assert (report["note_before"], report["note_after"]) == ("v1", "v2")
@@ -158,6 +171,25 @@ def test_on_failure_restarts_until_success_and_empty_dir_survives_restarts(
     assert status["restartCount"] == 1
     assert status["lastState"]["terminated"]["exitCode"] == 7
     assert status["state"]["terminated"]["message"] == "second"
+
+
+def test_always_restarts_even_a_successful_container(
+    local_cluster: LocalCluster, pod_namespace: str
+) -> None:
+    api = local_cluster.api
+    create(api, pod_namespace, "pods", pod_manifest("again", ["true"], restartPolicy="Always"))
+
+    def restarted_twice() -> Json | None:
+        pod = read_pod(api, pod_namespace, "again")
+        statuses = ((pod or {}).get("status") or {}).get("containerStatuses") or []
+        if statuses and statuses[0]["restartCount"] >= 2:
+            return pod
+        return None
+
+    pod = wait_for(restarted_twice, 30, "two restarts")
+    status = pod["status"]
+    assert status["phase"] == "Running"
+    assert status["containerStatuses"][0]["lastState"]["terminated"]["reason"] == "Completed"
 
 
 @pytest.mark.parametrize(("trap", "stops_by"), [("exit 0", "SIGTERM"), ("", "SIGKILL")])

@@ -69,7 +69,7 @@ def test_kubernetes_variable_expansion(text: str, expanded: str) -> None:
 
 
 def test_hosts_file_names_pods_of_headless_services_with_search_path_forms() -> None:
-    slices = [
+    slices: list[Json] = [
         {"metadata": {"namespace": "ns", "labels": {"kubernetes.io/service-name": "job",
                                                     "service.kubernetes.io/headless": ""}},
          "endpoints": [{"addresses": ["10.1.0.2"], "hostname": "job-0"},
