@@ -4,8 +4,8 @@ No kopf, no Kubernetes client, no I/O and no clock: the operator passes the time
 persists the ledger; the replay CLI runs the same code on a recorded history.
 """
 
-from stabletrain_operator.policy.decision import STOPPING_ACTIONS, Decision
-from stabletrain_operator.policy.engine import decide, record, trip_signals
+from stabletrain_operator.policy.decision import STOPPING_ACTIONS, Decision, Deferral, Evaluation
+from stabletrain_operator.policy.engine import decide, evaluate, record, trip_signals
 from stabletrain_operator.policy.ledger import AlertEpisode, PolicyLedger, RollbackMemory
 from stabletrain_operator.policy.observation import (
     Observation,
@@ -18,11 +18,14 @@ __all__ = [
     "STOPPING_ACTIONS",
     "AlertEpisode",
     "Decision",
+    "Deferral",
+    "Evaluation",
     "Observation",
     "ObservationSource",
     "PolicyLedger",
     "RollbackMemory",
     "decide",
+    "evaluate",
     "manual_request",
     "record",
     "trip_signals",

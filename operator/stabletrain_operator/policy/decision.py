@@ -55,3 +55,21 @@ class Decision:
 
 STOPPING_ACTIONS = frozenset({Action.ROLLBACK, Action.RESTART_FROM_LATEST, Action.FAIL})
 """Actions that need the pods gone; the agent may trip on signals whose rule does this."""
+
+
+@dataclass(frozen=True)
+class Deferral:
+    """Why a firing signal changed nothing this time (cooldown, episode handled, no rule)."""
+
+    signal: str
+    rule: str
+    """The rule that would have acted; empty when none matches."""
+    message: str
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """`evaluate`'s answer: the decision (if any) and the notes on what was set aside."""
+
+    decision: Decision | None
+    deferred: tuple[Deferral, ...] = ()

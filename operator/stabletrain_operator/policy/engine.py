@@ -32,6 +32,8 @@ from stabletrain_operator.policy.decision import (
     STOPPING_ACTIONS,
     UNMATCHED_TRIP_RULE,
     Decision,
+    Deferral,
+    Evaluation,
 )
 from stabletrain_operator.policy.ledger import AlertEpisode, PolicyLedger, RollbackMemory
 from stabletrain_operator.policy.matching import firing_signals, first_matching_rule
@@ -57,18 +59,35 @@ def decide(
     now: datetime,
     lr_scale: float,
 ) -> Decision | None:
-    """The one action to take now, or None when nothing should change.
+    """The one action to take now, or None when nothing should change (`evaluate` says why)."""
+    return evaluate(recovery, observations, ledger, now=now, lr_scale=lr_scale).decision
+
+
+def evaluate(
+    recovery: RecoverySpec,
+    observations: Sequence[Observation],
+    ledger: PolicyLedger,
+    *,
+    now: datetime,
+    lr_scale: float,
+) -> Evaluation:
+    """The decision, plus a note for every observation set aside before it.
 
     Observations are considered by urgency (manual, trip, pod failure, scrape), each in
     the order given; the first that yields a decision wins, so a trip is never shadowed by
-    a scraped report-only signal firing at the same time.
+    a scraped report-only signal firing at the same time. What was deferred (cooldown,
+    an episode already alerted) or matched no rule is noted, so the operator can log why
+    a firing signal changed nothing.
     """
     firing = firing_signals(observations)
+    notes: list[Deferral] = []
     for observation in sorted(observations, key=lambda o: _URGENCY[o.source]):
-        decision = _decide_one(recovery, observation, firing, ledger, now=now, lr_scale=lr_scale)
-        if decision is not None:
-            return decision
-    return None
+        outcome = _decide_one(recovery, observation, firing, ledger, now=now, lr_scale=lr_scale)
+        if isinstance(outcome, Decision):
+            return Evaluation(outcome, tuple(notes))
+        if outcome is not None:
+            notes.append(outcome)
+    return Evaluation(None, tuple(notes))
 
 
 def record(ledger: PolicyLedger, decision: Decision, *, now: datetime) -> PolicyLedger:
@@ -129,7 +148,9 @@ def _decide_one(
     *,
     now: datetime,
     lr_scale: float,
-) -> Decision | None:
+) -> Decision | Deferral | None:
+    """A decision, a note saying why this observation changes nothing, or None for a
+    finding that is not sustained yet (the normal state of a noisy run, not worth a note)."""
     if observation.source is ObservationSource.MANUAL:
         return _manual(observation, ledger, lr_scale=lr_scale)
     if not (observation.sustained or observation.tripped):
@@ -138,7 +159,15 @@ def _decide_one(
     if rule is None:
         return _unmatched(recovery, observation, ledger)
     if rule.action in STOPPING_ACTIONS and _cooling_down(recovery, observation, ledger, now):
-        return None
+        since = now - ledger.last_action_at if ledger.last_action_at else timedelta(0)
+        return Deferral(
+            observation.signal,
+            rule.name,
+            f"rule {rule.name} would stop the run on {_what(observation)}, but the last "
+            f"rollback or restart was {since.total_seconds():.0f} s ago, inside "
+            f"budgets.cooldownSeconds ({recovery.budgets.cooldown_seconds}); deferred as "
+            "the fading end of the episode already handled",
+        )
     if rule.action is Action.ROLLBACK:
         return _rollback(recovery, rule, observation, ledger, lr_scale=lr_scale)
     if rule.action is Action.RESTART_FROM_LATEST:
@@ -156,11 +185,17 @@ def _decide_one(
     return _live(recovery, rule, observation, ledger, now=now, lr_scale=lr_scale)
 
 
-def _manual(observation: Observation, ledger: PolicyLedger, *, lr_scale: float) -> Decision | None:
+def _manual(
+    observation: Observation, ledger: PolicyLedger, *, lr_scale: float
+) -> Decision | Deferral:
     """A person's request runs once per request id, whatever the budget: the budget caps
     what the operator does on its own, and the rollback is still counted against it."""
     if observation.request_id == ledger.last_manual_request_id:
-        return None
+        return Deferral(
+            observation.signal,
+            MANUAL_RULE,
+            f"manual rollback request {observation.request_id} was handled already",
+        )
     factor = observation.lr_factor
     target = "the newest stable checkpoint"
     if observation.to_step is not None:
@@ -183,7 +218,7 @@ def _manual(observation: Observation, ledger: PolicyLedger, *, lr_scale: float) 
 
 def _unmatched(
     recovery: RecoverySpec, observation: Observation, ledger: PolicyLedger
-) -> Decision | None:
+) -> Decision | Deferral:
     """No rule: infrastructure restarts unchanged; a trip fails loudly; the rest is recorded."""
     infrastructure = observation.signal in INFRASTRUCTURE_SIGNALS or (
         observation.source is ObservationSource.POD_FAILURE
@@ -201,7 +236,7 @@ def _unmatched(
             "or widen the existing one, then resume the job",
             observation,
         )
-    return None
+    return Deferral(observation.signal, "", f"no rule matches {_what(observation)}; only recorded")
 
 
 def _cooling_down(
@@ -374,12 +409,18 @@ def _live(
     *,
     now: datetime,
     lr_scale: float,
-) -> Decision | None:
+) -> Decision | Deferral:
     """Alert or ReduceLR: once per episode, and not again within the rule's cooldown."""
     last = ledger.last_live_action(rule.name)
     cooldown = timedelta(seconds=recovery.budgets.cooldown_seconds)
     if last is not None and now - last.at < cooldown:
-        return None
+        return Deferral(
+            observation.signal,
+            rule.name,
+            f"rule {rule.name} acted {(now - last.at).total_seconds():.0f} s ago, inside "
+            f"budgets.cooldownSeconds ({recovery.budgets.cooldown_seconds}); "
+            f"{_what(observation)} deferred",
+        )
     if rule.action is Action.REDUCE_LR:
         params = rule.reduce_lr_params()
         new_scale = reduced_lr_scale(lr_scale, params.lr_factor, params.lr_floor)
@@ -412,7 +453,12 @@ def _live(
             observation,
         )
     if ledger.episode_handled(rule.name, observation.signal, observation.onset_step):
-        return None
+        return Deferral(
+            observation.signal,
+            rule.name,
+            f"rule {rule.name} already alerted on this episode of {observation.signal} "
+            f"(onset {observation.onset_step})",
+        )
     return alert
 
 

@@ -23,6 +23,7 @@ from stabletrain_operator.policy import (
     ObservationSource,
     PolicyLedger,
     decide,
+    evaluate,
     manual_request,
     record,
     trip_signals,
@@ -554,3 +555,69 @@ def test_decide_with_nothing_observed_is_none() -> None:
 def _decided(decision: Decision | None) -> Decision:
     assert decision is not None
     return decision
+
+
+def test_evaluate_says_why_firing_signals_changed_nothing() -> None:
+    recovery = RecoverySpec(
+        rules=(
+            RecoveryRule(name="grad", on_signals=("GradNormSpike",), action=Action.ROLLBACK),
+            RecoveryRule(name="tput", on_signals=("ThroughputDrop",), action=Action.ALERT),
+        ),
+        budgets=BudgetsSpec(cooldown_seconds=300),
+    )
+    ledger = PolicyLedger(
+        rollbacks_used=1,
+        last_action_at=NOW - timedelta(seconds=100),
+        last_manual_request_id="r-9",
+    )
+    ledger = record(ledger, _decided(run([scraped("ThroughputDrop")], recovery=recovery)), now=NOW)
+    request = manual_request(
+        request_id="r-9", step=1, to_step=None, lr_factor=None, skip=(), reason=""
+    )
+    evaluation = evaluate(
+        recovery,
+        [
+            request,
+            scraped("GradNormSpike"),
+            scraped("ThroughputDrop"),
+            scraped("custom:val_loss"),
+            scraped("LossSpike", sustained=False),
+        ],
+        ledger,
+        now=NOW + timedelta(seconds=10),
+        lr_scale=1.0,
+    )
+    assert evaluation.decision is None
+    notes = [(d.signal, d.rule, d.message) for d in evaluation.deferred]
+    assert notes == [
+        ("Manual", "manual", "manual rollback request r-9 was handled already"),
+        (
+            "GradNormSpike",
+            "grad",
+            "rule grad would stop the run on GradNormSpike (Divergence) at step 500, but the "
+            "last rollback or restart was 110 s ago, inside budgets.cooldownSeconds (300); "
+            "deferred as the fading end of the episode already handled",
+        ),
+        (
+            "ThroughputDrop",
+            "tput",
+            "rule tput acted 10 s ago, inside budgets.cooldownSeconds (300); ThroughputDrop "
+            "(Divergence) at step 500 deferred",
+        ),
+        (
+            "custom:val_loss",
+            "",
+            "no rule matches custom:val_loss (Divergence) at step 500; only recorded",
+        ),
+    ]
+    assert decide(recovery, [scraped("ThroughputDrop")], ledger, now=NOW, lr_scale=1.0) is None
+
+
+def test_evaluate_notes_an_episode_already_alerted() -> None:
+    recovery = RecoverySpec(budgets=BudgetsSpec(cooldown_seconds=0))
+    ledger = record(PolicyLedger(), _decided(run([scraped("GradNormSpike")])), now=NOW)
+    evaluation = evaluate(recovery, [scraped("GradNormSpike")], ledger, now=NOW, lr_scale=1.0)
+    assert evaluation.decision is None
+    assert [d.message for d in evaluation.deferred] == [
+        "rule report-only already alerted on this episode of GradNormSpike (onset 490)"
+    ]
