@@ -49,10 +49,11 @@ crds: $(STAMP) ## regenerate crds/, the chart's CRD copy and docs/api.md from th
 demo: $(STAMP) k8s-bins ## the self-healing demo (placeholder until the end-to-end issue lands)
 	@echo "make demo: the self-healing demo arrives with the end-to-end issue; nothing to show yet."
 
-bench: $(STAMP) ## guard overhead vs the bare loop; replay of 20,000 steps vs the bare CSV parse
+bench: $(STAMP) ## guard overhead vs the bare loop; replay vs the bare CSV parse; checkpoint I/O vs torch.save and cp
 	$(PY) bench/guard_overhead.py
 	$(PY) bench/guard_overhead.py --layers 4 --embd 128 --block 128 --rounds 10 --steps 20
 	$(PY) bench/replay_speed.py
+	$(PY) -W ignore bench/checkpoint_io.py
 
 clean: ## remove the virtualenv and caches inside the repo (the binary cache stays)
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .import_linter_cache

@@ -101,7 +101,7 @@ def test_restore_from_pfs_after_wipe_from_other_tier_after_bitflip_and_from_loca
     shard.write_bytes(bytes(data))
     reports = torchrun(tmp_path, "restore", 3)
     assert [(r["step"], r["source"]) for r in reports] == [(3, "pfs"), (3, "local")]
-    assert "fails its sha256 check" in " ".join(reports[0]["rejected"])
+    assert "fails its crc32 check" in " ".join(reports[0]["rejected"])
     compare(tmp_path, 3)
 
     (tmp_path / "pfs").rename(tmp_path / "pfs-gone")  # local tiers alone

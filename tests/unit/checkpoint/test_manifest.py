@@ -25,7 +25,7 @@ def test_flipped_byte_is_named(tmp_path: Path) -> None:
     data[1234] ^= 0x01
     shard.write_bytes(bytes(data))
     verify_copy(copy, step=100, attempt=1, deep=False)  # same size: only the checksum sees it
-    with pytest.raises(CheckpointCorruptError, match=r"'__1_0.distcp' fails its sha256"):
+    with pytest.raises(CheckpointCorruptError, match=r"'__1_0.distcp' fails its crc32"):
         verify_copy(copy, step=100, attempt=1)
 
 

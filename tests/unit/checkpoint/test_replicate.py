@@ -44,7 +44,7 @@ def test_corrupt_local_copy_is_not_propagated(tmp_path: Path) -> None:
     data = bytearray(shard.read_bytes())
     data[10] ^= 0xFF
     shard.write_bytes(bytes(data))
-    with pytest.raises(CheckpointCorruptError, match="checksum mismatch while copying"):
+    with pytest.raises(CheckpointCorruptError, match="fails its crc32 check"):
         replicate_copy(local, pfs, 100, 1, "n0")
     assert not pfs_part_dir(pfs, 100, 1, "n0").exists()
     assert [p.name for p in (pfs / "step-0000000100" / "attempt-1").iterdir()] == []
@@ -68,7 +68,7 @@ def test_pfs_is_complete_only_with_every_nodes_part(tmp_path: Path) -> None:
     os.utime(flip, ns=(time.time_ns(), time.time_ns() + 1))
     check = scan_pfs(pfs, cache)[(100, 1)]
     assert not check.complete
-    assert "fails its sha256" in (check.parts["n1"].problem or "")
+    assert "fails its crc32" in (check.parts["n1"].problem or "")
 
 
 def test_pfs_removed_saves_continue_condition_set_then_catch_up(tmp_path: Path) -> None:

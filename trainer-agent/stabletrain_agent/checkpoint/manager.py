@@ -30,9 +30,11 @@ from typing import Any, Literal
 import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.filesystem import FileSystemReader, FileSystemWriter
+from torch.distributed.checkpoint.planner import SavePlan, SavePlanner
 from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import async_save
+from torch.distributed.checkpoint.storage import WriteResult
 
 from stabletrain_agent.checkpoint.atomic import (
     copy_file_synced,
@@ -62,6 +64,7 @@ from stabletrain_agent.checkpoint.layout import (
     step_dir,
 )
 from stabletrain_agent.checkpoint.manifest import CheckpointCorruptError, verify_copy
+from stabletrain_agent.checkpoint.priority import lower_current_thread_priority
 from stabletrain_agent.checkpoint.replicate import FlushResult, PfsCondition, Replicator
 from stabletrain_agent.checkpoint.retention import RetentionItem, plan_deletions
 from stabletrain_agent.checkpoint.states import Stateful
@@ -69,6 +72,16 @@ from stabletrain_agent.contract import env
 from stabletrain_agent.contract.inventory import CheckpointRecord
 
 log = logging.getLogger(__name__)
+
+
+class _BackgroundWriter(FileSystemWriter):
+    """DCP's file writer, run at background priority in the async save's own thread."""
+
+    def write_data(
+        self, plan: SavePlan, planner: SavePlanner
+    ) -> torch.futures.Future[list[WriteResult]]:
+        lower_current_thread_priority()
+        return super().write_data(plan, planner)
 
 
 @dataclass(frozen=True)
@@ -155,6 +168,7 @@ class CheckpointManager:
                 config.node,
                 retry_interval_s=config.replication_retry_s,
                 on_error=log.warning,
+                cache=self._cache,
             )
 
     def _make_groups(self) -> None:
@@ -193,7 +207,7 @@ class CheckpointManager:
         began = time.perf_counter()
         future = async_save(
             self._state(),
-            storage_writer=FileSystemWriter(temp, sync_files=True, overwrite=True),
+            storage_writer=_BackgroundWriter(temp, sync_files=True, overwrite=True),
             process_group=self._node_group,
             async_stager=self._stager,
             no_dist=not self._distributed,
@@ -215,6 +229,7 @@ class CheckpointManager:
 
     def _finish(self, save: _Save) -> None:
         """After the write: the node leader commits the copy and hands it to replication."""
+        lower_current_thread_priority()
         try:
             save.future.result()
             if not self.is_node_leader:
@@ -355,15 +370,21 @@ class CheckpointManager:
         )
 
     def _begin(self, resume_step: int) -> None:
-        """Record this attempt's start in the fences: from now on older attempts are fenced."""
+        """Record this attempt's start in the fences: from now on older attempts are fenced.
+
+        Also stage the state once: the stager keeps its CPU buffers per tensor, so the
+        allocation happens here and not inside the first save's blocking time.
+        """
         if self.is_node_leader:
             advance_fence(self.config.local_root, self.config.attempt, resume_step)
             self._sweep_partial_saves()
+            self._resubmit_unreplicated()
             try:
                 if self.config.pfs_root.is_dir():
                     advance_fence(self.config.pfs_root, self.config.attempt, resume_step)
             except OSError as error:
                 log.warning("cannot record attempt start on the PFS: %s", error)
+        self._stager.stage({name: obj.state_dict() for name, obj in self._state().items()})
         self._started = True
 
     def _sweep_partial_saves(self) -> None:
@@ -381,6 +402,18 @@ class CheckpointManager:
             for leftover in self.config.pfs_root.glob(pattern):
                 shutil.rmtree(leftover, ignore_errors=True)
 
+    def _resubmit_unreplicated(self) -> None:
+        """Queue this node's on-lineage local copies: a previous process may have died
+        before replicating them, and the replicator skips those already on the PFS."""
+        if self.replicator is None:
+            return
+        fence = combined_fence([self.config.local_root, self.config.pfs_root])
+        for (step, attempt), check in scan_local(
+            self.config.local_root, self.config.node, self._cache
+        ).items():
+            if check.ok and fence.on_lineage(step, attempt):
+                self.replicator.submit(step, attempt)
+
     # ----------------------------------------------------- inventory, flush
 
     def inventory(self) -> list[CheckpointRecord]:
@@ -392,6 +425,13 @@ class CheckpointManager:
         except OSError:
             pfs = {}
         return build_records(self.config.node, local, pfs, fence)
+
+    @property
+    def background_busy(self) -> bool:
+        """A save is being written or a copy replicated: step-time dips now are not news."""
+        save = self._in_flight
+        writing = save is not None and save.finisher is not None and save.finisher.is_alive()
+        return writing or bool(self.replicator and self.replicator.pending())
 
     @property
     def pfs_condition(self) -> PfsCondition:
@@ -413,9 +453,13 @@ class CheckpointManager:
         """Node leader: trim this node's local copies and its own parts on the PFS.
 
         The checkpoint this attempt restored from is protected: it is the rollback target
-        the operator chose, and the only one known good before this attempt's saves.
+        the operator chose, and the only one known good before this attempt's saves.  So
+        are copies still waiting for the PFS while it is reachable; while it is down, local
+        space wins and only the newest copies wait for it to return.
         """
-        protected = self._protected
+        protected = list(self._protected)
+        if self.replicator is not None and self.replicator.condition.available:
+            protected += self.replicator.pending()  # not on the PFS yet: keep until it is
         try:
             check_not_stale(self.config.local_root, self.config.attempt)
         except StaleAttemptError:

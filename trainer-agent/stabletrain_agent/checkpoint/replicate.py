@@ -1,8 +1,9 @@
 """Copying a node's local checkpoint copies to its part on the PFS, durably and verified.
 
-A part is built under a temporary name, every file is fsynced and checked against the
-local manifest in the same pass that copies it, the manifest is copied last, and one
-rename commits the part.  A local copy that fails its checksum is never propagated.
+A part is built under a temporary name with kernel-side copies (as `cp` does), every file
+is fsynced, the manifest is copied last, the new part is read back and checked against
+the manifest, and only then one rename commits it.  A local copy that fails its checksum
+is never propagated.
 
 The PFS may go away (a read-only remount, an unmounted volume).  Its root is never
 created here: a missing root means "not mounted", and writing into the mount point would
@@ -23,12 +24,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from stabletrain_agent.checkpoint.atomic import (
+    copy_file_read_back,
     copy_file_synced,
     fsync_dir,
     make_dirs_durable,
     remove_tree_durable,
 )
 from stabletrain_agent.checkpoint.fence import StaleAttemptError, check_not_stale
+from stabletrain_agent.checkpoint.inventory import VerifyCache
 from stabletrain_agent.checkpoint.layout import (
     MANIFEST_NAME,
     TEMP_PREFIX,
@@ -37,13 +40,22 @@ from stabletrain_agent.checkpoint.layout import (
     pfs_part_dir,
 )
 from stabletrain_agent.checkpoint.manifest import CheckpointCorruptError, verify_copy
+from stabletrain_agent.checkpoint.priority import lower_current_thread_priority
 
 
 class PfsUnavailableError(Exception):
     """The PFS tier cannot be written right now; the message says what failed."""
 
 
-def replicate_copy(local_root: Path, pfs_root: Path, step: int, attempt: int, node: str) -> int:
+def replicate_copy(
+    local_root: Path,
+    pfs_root: Path,
+    step: int,
+    attempt: int,
+    node: str,
+    *,
+    cache: VerifyCache | None = None,
+) -> int:
     """Copy one committed local copy to the PFS; return the bytes copied (0 if already there).
 
     Raises CheckpointCorruptError if the local copy does not verify (nothing is written)
@@ -65,20 +77,18 @@ def replicate_copy(local_root: Path, pfs_root: Path, step: int, attempt: int, no
         temp.mkdir()
     except CheckpointCorruptError:
         remove_tree_durable(target, first=MANIFEST_NAME)
-        return replicate_copy(local_root, pfs_root, step, attempt, node)
+        return replicate_copy(local_root, pfs_root, step, attempt, node, cache=cache)
     except OSError as error:
         raise PfsUnavailableError(f"cannot write to PFS {pfs_root}: {error}") from error
     copied = 0
     try:
-        for name, entry in sorted(manifest.files.items()):
-            size, digest = copy_file_synced(source / name, temp / name)
-            if size != entry.size or digest != entry.sha256:
-                raise CheckpointCorruptError(
-                    source, f"file {name!r} changed or is damaged (checksum mismatch while copying)"
-                )
+        read_back = {}
+        for name in sorted(manifest.files):
+            size, read_back[name] = copy_file_read_back(source / name, temp / name)
             copied += size
         copy_file_synced(source / MANIFEST_NAME, temp / MANIFEST_NAME)
         fsync_dir(temp)
+        _verify_new_part(temp, source, read_back, step=step, attempt=attempt, node=node)
         check_not_stale(pfs_root, attempt)
         try:
             os.rename(temp, target)
@@ -89,16 +99,39 @@ def replicate_copy(local_root: Path, pfs_root: Path, step: int, attempt: int, no
             verify_copy(target, step=step, attempt=attempt, node=node)
             return 0
         fsync_dir(parent)
+        if cache is not None:
+            cache.remember(target, manifest)  # just read back and verified
     except CheckpointCorruptError:
         shutil.rmtree(temp, ignore_errors=True)
         raise
     except OSError as error:
         shutil.rmtree(temp, ignore_errors=True)
+        if not source.is_dir():
+            raise FileNotFoundError(f"local copy {source} was deleted while copying") from error
         raise PfsUnavailableError(f"cannot write to PFS {pfs_root}: {error}") from error
     except BaseException:
         shutil.rmtree(temp, ignore_errors=True)
         raise
     return copied
+
+
+def _verify_new_part(
+    temp: Path, source: Path, read_back: dict[str, str], *, step: int, attempt: int, node: str
+) -> None:
+    """Check the new part (manifest and sizes on disk, checksums as read back) before commit.
+
+    If it does not verify, the local copy decides whose fault it is: a damaged local copy
+    is never propagated (CheckpointCorruptError); a good one means the PFS mangled the
+    copy, which is treated like an unavailable PFS and retried later.
+    """
+    try:
+        manifest = verify_copy(temp, step=step, attempt=attempt, node=node, deep=False)
+        for name, entry in sorted(manifest.files.items()):
+            if read_back.get(name) != entry.crc32:
+                raise CheckpointCorruptError(temp, f"file {name!r} fails its crc32 check")
+    except CheckpointCorruptError as copy_error:
+        verify_copy(source, step=step, attempt=attempt, node=node)
+        raise PfsUnavailableError(f"copy on the PFS does not verify: {copy_error}") from None
 
 
 @dataclass
@@ -128,7 +161,9 @@ class Replicator:
         *,
         retry_interval_s: float = 5.0,
         on_error: Callable[[str], None] | None = None,
+        cache: VerifyCache | None = None,
     ) -> None:
+        self._cache = cache
         self.local_root = local_root
         self.pfs_root = pfs_root
         self.node = node
@@ -189,6 +224,7 @@ class Replicator:
         self._thread.join(timeout=30)
 
     def _run(self) -> None:
+        lower_current_thread_priority()
         while True:
             with self._lock:
                 while not self._stopping and not self._pending:
@@ -212,7 +248,9 @@ class Replicator:
     def _replicate_one(self, key: tuple[int, int]) -> str:
         step, attempt = key
         try:
-            copied = replicate_copy(self.local_root, self.pfs_root, step, attempt, self.node)
+            copied = replicate_copy(
+                self.local_root, self.pfs_root, step, attempt, self.node, cache=self._cache
+            )
         except PfsUnavailableError as error:
             self._set_condition(False, str(error))
             return "retry"
