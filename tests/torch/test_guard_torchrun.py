@@ -20,6 +20,7 @@ import pytest
 from stabletrain_agent.contract import env
 from stabletrain_agent.contract.detection import DetectionConfig, NonFiniteConfig
 from stabletrain_agent.contract.directives import Directives
+from stabletrain_agent.contract.inventory import CopyFlags
 from stabletrain_agent.contract.names import Signal
 from stabletrain_agent.contract.trip import parse_termination_message
 from stabletrain_agent.export import AgentUnreachableError, fetch_status, put_directives
@@ -44,6 +45,8 @@ class Job:
         self.termination = tmp_path / "termination-log"
         self.lineage = tmp_path / "pfs" / "lineage"
         self.agent_port = free_port()
+        # The PFS tier is a mount in a pod: the manager refuses to create it.
+        (tmp_path / "pfs" / "checkpoints").mkdir(parents=True)
         directives_file = tmp_path / "directives.json"
         directives_file.write_text(directives.to_json())
         self.env = {
@@ -62,6 +65,8 @@ class Job:
             env.AGENT_BIND_ADDRESS: "127.0.0.1",
             env.TERMINATION_MESSAGE_PATH: str(self.termination),
             env.LINEAGE_DIR: str(self.lineage),
+            env.LOCAL_CHECKPOINT_DIR: str(tmp_path / "local"),
+            env.PFS_CHECKPOINT_DIR: str(tmp_path / "pfs" / "checkpoints"),
             **extra_env,
         }
 
@@ -116,7 +121,14 @@ def test_nan_on_one_rank_stops_both_at_that_step_with_the_report(
         attempt=0,
         detection=DetectionConfig(non_finite=NonFiniteConfig(consecutive_steps=1)),
     )
-    job = Job(tmp_path, directives, ST_TEST_STEPS="40", ST_TEST_NAN_STEP="7", ST_TEST_NAN_RANK="1")
+    job = Job(
+        tmp_path,
+        directives,
+        ST_TEST_STEPS="40",
+        ST_TEST_NAN_STEP="7",
+        ST_TEST_NAN_RANK="1",
+        ST_TEST_CHECKPOINT_EVERY="2",
+    )
     process = start(torchrun, job)
     code = wait_exit(process)
     assert code != 0, process.log_tail()
@@ -136,6 +148,11 @@ def test_nan_on_one_rank_stops_both_at_that_step_with_the_report(
     assert report.attempt == 0
     assert "NonFinite" in report.firing
     assert len(job.termination.read_bytes()) <= 4096
+    # The real checkpoint manager was flushed before the report: the newest pre-onset
+    # checkpoint (step 6) is complete on the local tier and on the PFS.
+    inventory = {step: CopyFlags(flags) for step, attempt, flags in report.inventory}
+    assert CopyFlags.PFS_COMPLETE in inventory[6], report.inventory
+    assert CopyFlags.LOCAL_COMPLETE in inventory[6], report.inventory
     # Step 7 read global batch 6 (samples 48-55 of 4-sample shards: rank 0 shard-12, rank 1
     # shard-13); steps 6 and 5 read batches 5 and 4, two steps before the onset at most.
     assert report.suspect_shards == (

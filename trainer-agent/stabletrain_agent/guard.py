@@ -130,7 +130,9 @@ class Guard:
         self._feed = directives if directives is not None else DirectiveSource.from_env()
         self.exporter = exporter
         self._saving = saving
-        self._checkpoints = checkpoints
+        self.checkpoints = checkpoints
+        """Flushed and asked for its inventory on a trip. Settable after construction: the
+        manager usually checkpoints the guard itself, so it is built after it."""
         self._group = process_group
         distributed = dist.is_available() and dist.is_initialized()
         self.rank = dist.get_rank(process_group) if distributed else 0
@@ -361,10 +363,10 @@ class Guard:
         lead = verdict.tripping[0]
         lineage_path = self._write_lineage(lead.onset_step)
         records: Sequence[CheckpointRecord] = ()
-        if self._checkpoints is not None:
+        if self.checkpoints is not None:
             # Copies from before the onset are the rollback targets: get them to the PFS.
-            self._checkpoints.flush(CHECKPOINT_FLUSH_SECONDS, lead.onset_step)
-            records = self._checkpoints.inventory()
+            self.checkpoints.flush(CHECKPOINT_FLUSH_SECONDS, lead.onset_step)
+            records = self.checkpoints.inventory()
         report = build_trip_report(
             verdict,
             attempt=self.env.attempt,

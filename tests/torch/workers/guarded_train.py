@@ -13,6 +13,7 @@ import importlib.util
 import json
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +23,8 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
+from stabletrain_agent.checkpoint.manager import CheckpointConfig, CheckpointManager
+from stabletrain_agent.checkpoint.states import ModelOptimizerState
 from stabletrain_agent.data import Shard, ShardedBatches
 from stabletrain_agent.guard import Guard
 from stabletrain_agent.trip import TrainingTripped
@@ -45,17 +48,22 @@ def load_model_module() -> Any:
 
 
 class Syncs:
-    """Counts sync-point calls while ``counting`` is set (only inside guard.step)."""
+    """Counts sync-point calls of the training thread while ``counting`` is set.
+
+    Only the training thread: the checkpoint manager's background threads read tensors too,
+    and their reads do not stall the step.
+    """
 
     def __init__(self) -> None:
         self.count = 0
         self.counting = False
+        self._thread = threading.get_ident()
         for name in SYNC_POINTS:
             setattr(torch.Tensor, name, self._wrap(getattr(torch.Tensor, name)))
 
     def _wrap(self, original: Callable[..., Any]) -> Callable[..., Any]:
         def counting(*args: Any, **kwargs: Any) -> Any:
-            if self.counting:
+            if self.counting and threading.get_ident() == self._thread:
                 self.count += 1
             return original(*args, **kwargs)
 
@@ -92,6 +100,16 @@ def main() -> None:
         world_size=world,
     )
     guard = Guard.from_env(model, optimizer, scheduler=scheduler, data=batches, max_grad_norm=None)
+    manager = None
+    checkpoint_every = int(os.environ.get("ST_TEST_CHECKPOINT_EVERY", "0"))
+    if checkpoint_every:
+        manager = CheckpointManager(
+            CheckpointConfig.from_env(),
+            {"train": ModelOptimizerState(model, optimizer), "guard": guard},
+            {"scheduler": scheduler},
+        )
+        guard.checkpoints = manager
+        assert manager.restore() is None
     syncs = Syncs()
     generation_seen_at: int | None = None
     try:
@@ -111,6 +129,8 @@ def main() -> None:
                 finally:
                     syncs.counting = False
                 optimizer.zero_grad()
+                if manager is not None and guard.global_step % checkpoint_every == 0:
+                    manager.save(guard.global_step, stable=True)
                 delta = torch.cat(
                     [
                         (p.detach() - b).flatten()
