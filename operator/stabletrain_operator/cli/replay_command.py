@@ -10,7 +10,7 @@ from stabletrain_operator.cli.replay.history import read_history
 from stabletrain_operator.cli.replay.plot import write_plot
 from stabletrain_operator.cli.replay.policy_file import default_policy, read_policy
 from stabletrain_operator.cli.replay.report import json_line, text_block
-from stabletrain_operator.cli.replay.run import ReplayedDecision, replay
+from stabletrain_operator.cli.replay.run import PROGRESS_EVERY, ReplayedDecision, replay
 
 
 def run_replay(args: argparse.Namespace, out: TextIO, notes: TextIO) -> int:
@@ -26,7 +26,19 @@ def run_replay(args: argparse.Namespace, out: TextIO, notes: TextIO) -> int:
     def report(replayed: ReplayedDecision) -> None:
         print(json_line(replayed) if args.json else text_block(replayed), file=out, flush=True)
 
-    result = replay(history, policy, step_seconds=args.step_seconds, on_decision=report)
+    def progress(done: int, total: int) -> None:
+        print(f"\r  {done}/{total} rows", end="", file=notes, flush=True)
+
+    interactive = notes.isatty()
+    result = replay(
+        history,
+        policy,
+        step_seconds=args.step_seconds,
+        on_decision=report,
+        on_progress=progress if interactive else None,
+    )
+    if interactive and len(rows) > PROGRESS_EVERY:
+        print(f"\r  {len(rows)}/{len(rows)} rows", file=notes)
     if result.unused_columns:
         print(
             f"note: no detection.custom signal reads column(s) {', '.join(result.unused_columns)}",

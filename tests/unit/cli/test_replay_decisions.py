@@ -12,6 +12,9 @@ import pytest
 from replay_histories import history, write_csv
 
 from stabletrain_operator.cli.main import main
+from stabletrain_operator.cli.replay.history import read_history
+from stabletrain_operator.cli.replay.policy_file import default_policy
+from stabletrain_operator.cli.replay.run import PROGRESS_EVERY, replay
 
 Decisions = list[dict[str, Any]]
 
@@ -230,3 +233,14 @@ def test_plot_writes_a_png(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     data = out.read_bytes()
     assert data.startswith(b"\x89PNG\r\n\x1a\n")
     assert len(data) > 10_000
+
+
+def test_progress_is_reported_every_so_many_rows(tmp_path: Path) -> None:
+    rows = history(range(2 * PROGRESS_EVERY + 5))
+    seen: list[tuple[int, int]] = []
+    replay(
+        read_history(write_csv(tmp_path / "m.csv", rows)),
+        default_policy(),
+        on_progress=lambda done, total: seen.append((done, total)),
+    )
+    assert seen == [(PROGRESS_EVERY, len(rows)), (2 * PROGRESS_EVERY, len(rows))]

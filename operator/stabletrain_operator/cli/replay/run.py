@@ -36,6 +36,8 @@ from stabletrain_operator.policy import (
 
 REPLAY_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 """Time of step 0 in a replay; only differences matter (cooldowns)."""
+PROGRESS_EVERY = 20_000
+"""Rows between progress reports: about a second of work, so long replays show life."""
 
 
 @dataclass(frozen=True)
@@ -72,8 +74,13 @@ def replay(
     *,
     step_seconds: float = 1.0,
     on_decision: Callable[[ReplayedDecision], None] | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
 ) -> ReplayResult:
-    """Run `history` through the agent's monitor and the operator's policy engine."""
+    """Run `history` through the agent's monitor and the operator's policy engine.
+
+    `on_decision` sees each decision as it is taken; `on_progress(done, total)` is called
+    every PROGRESS_EVERY rows.
+    """
     monitor = SignalMonitor(policy.detection, trip_signals(policy.recovery))
     ledger = PolicyLedger()
     lr_scale = 1.0
@@ -82,7 +89,10 @@ def replay(
     decisions: list[ReplayedDecision] = []
     points: list[ReplayPoint] = []
     stopped_at = None
+    total = len(history.rows)
     for index, row in enumerate(history.rows):
+        if on_progress is not None and index and index % PROGRESS_EVERY == 0:
+            on_progress(index, total)
         if row.lr is not None:
             lr = row.lr
         verdict = monitor.observe(
