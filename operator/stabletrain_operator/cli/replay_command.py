@@ -44,9 +44,9 @@ def run_replay(args: argparse.Namespace, out: TextIO, notes: TextIO) -> int:
             f"note: no detection.custom signal reads column(s) {', '.join(result.unused_columns)}",
             file=notes,
         )
-    if result.stopped_at is not None:
+    if result.failed_at is not None:
         print(
-            f"note: the job would have failed at step {result.stopped_at}; the rows after it "
+            f"note: the job would have failed at step {result.failed_at}; the rows after it "
             "were not replayed",
             file=notes,
         )

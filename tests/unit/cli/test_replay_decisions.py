@@ -244,3 +244,27 @@ def test_progress_is_reported_every_so_many_rows(tmp_path: Path) -> None:
         on_progress=lambda done, total: seen.append((done, total)),
     )
     assert seen == [(PROGRESS_EVERY, len(rows)), (2 * PROGRESS_EVERY, len(rows))]
+
+
+def test_anomalies_that_began_before_a_rollback_are_not_decided_on_again(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def spike(step: int, healthy: float) -> float:
+        return healthy * 2.2 if 3000 <= step < 3100 else healthy
+
+    def grad_norm(step: int) -> dict[str, float | str]:
+        return {"grad_norm": 9.0} if 3002 <= step < 3060 else {}
+
+    rows = history(range(4000), loss=spike, extra=grad_norm)
+    decisions, _ = replay_json(capsys, write_csv(tmp_path / "m.csv", rows))
+    assert [(d["step"], d["signal"], d["action"]) for d in decisions] == [
+        (3003, "LossSpike", "Rollback")
+    ], "the grad-norm spike from step 3002 belongs to the run the rollback stopped"
+    later = history(
+        range(4000), loss=spike, extra=lambda s: {"grad_norm": 9.0} if 3500 <= s < 3560 else {}
+    )
+    decisions, _ = replay_json(capsys, write_csv(tmp_path / "later.csv", later))
+    assert [(d["step"], d["signal"], d["action"]) for d in decisions] == [
+        (3003, "LossSpike", "Rollback"),
+        (3503, "GradNormSpike", "Alert"),
+    ]

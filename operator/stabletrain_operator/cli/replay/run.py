@@ -5,11 +5,12 @@ around them, because a recorded history keeps going where a live run would have 
 
 * A trip becomes a trip-report observation, other findings become scraped observations,
   exactly as the operator sees them.
-* After a Rollback or RestartFromLatest the live run would have been relaunched before the
-  onset; the recorded rows of that episode belong to the run that was not healed. Findings
-  with the same signal and onset are therefore not decided on again; the monitor keeps
-  observing, and the ledger (budgets, cooldown, escalation) and the LR scale carry on, so
-  a later spike near the same step escalates as it would live.
+* After a Rollback or RestartFromLatest at step S the live run would have been relaunched
+  from a checkpoint before S; what the recording shows of anomalies that began at or
+  before S belongs to the run that was stopped. Findings with an onset at or before S are
+  therefore not decided on again (whatever their signal); the monitor keeps observing,
+  and the ledger (budgets, cooldown, escalation) and the LR scale carry on, so a later
+  spike near the same step escalates as it would live.
 * After a Fail the job is over, and the replay stops there.
 * Time: the policy's cooldowns need a clock; the replay uses step x `step_seconds`.
 """
@@ -62,7 +63,7 @@ class ReplayResult:
     points: tuple[ReplayPoint, ...]
     unused_columns: tuple[str, ...]
     """Custom columns no detection.custom signal reads."""
-    stopped_at: int | None
+    failed_at: int | None
     """Step of a Fail decision, after which nothing was replayed."""
     lr_scale: float
     """LR scale after the last decision."""
@@ -85,10 +86,10 @@ def replay(
     ledger = PolicyLedger()
     lr_scale = 1.0
     lr = 0.0
-    handled: set[tuple[str, int]] = set()
+    last_stop_step: int | None = None
     decisions: list[ReplayedDecision] = []
     points: list[ReplayPoint] = []
-    stopped_at = None
+    failed_at = None
     total = len(history.rows)
     for index, row in enumerate(history.rows):
         if on_progress is not None and index and index % PROGRESS_EVERY == 0:
@@ -108,7 +109,7 @@ def replay(
             )
         )
         points.append(ReplayPoint(row.step, row.loss, monitor.snapshot().loss_baseline))
-        observations = _observations(verdict, handled)
+        observations = _observations(verdict, last_stop_step)
         if not observations:
             continue
         now = REPLAY_EPOCH + timedelta(seconds=row.step * step_seconds)
@@ -118,30 +119,35 @@ def replay(
         ledger = record(ledger, decision, now=now)
         if decision.lr_scale is not None:
             lr_scale = decision.lr_scale
-        if decision.stops_the_run and decision.onset_step is not None:
-            handled.add((decision.signal, decision.onset_step))
+        if decision.stops_the_run:
+            last_stop_step = row.step
         replayed = ReplayedDecision(row.step, decision)
         decisions.append(replayed)
         if on_decision is not None:
             on_decision(replayed)
         if decision.action is Action.FAIL:
-            stopped_at = row.step
+            failed_at = row.step
             break
     read = {signal.metric_key for signal in policy.detection.custom}
     return ReplayResult(
         decisions=tuple(decisions),
         points=tuple(points),
         unused_columns=tuple(c for c in history.custom_columns if c not in read),
-        stopped_at=stopped_at,
+        failed_at=failed_at,
         lr_scale=lr_scale,
     )
 
 
-def _observations(verdict: Verdict, handled: set[tuple[str, int]]) -> list[Observation]:
+def _observations(verdict: Verdict, last_stop_step: int | None) -> list[Observation]:
     """What the operator would see at this step: a trip report if the agent tripped (the run
-    stops, so nothing is scraped), otherwise every finding in the status endpoint."""
-    live = [f for f in verdict.findings if (f.signal, f.onset_step) not in handled]
-    tripping = [f for f in verdict.tripping if (f.signal, f.onset_step) not in handled]
+    stops, so nothing is scraped), otherwise every finding in the status endpoint; none of
+    the findings that began before the last stop."""
+
+    def new(finding: Finding) -> bool:
+        return last_stop_step is None or finding.onset_step > last_stop_step
+
+    live = [f for f in verdict.findings if new(f)]
+    tripping = [f for f in verdict.tripping if new(f)]
     if tripping:
         first = tripping[0]
         others = tuple(f.signal for f in live if f is not first)
