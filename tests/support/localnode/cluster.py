@@ -129,7 +129,7 @@ class LocalCluster:
         try:
             self.root.mkdir(parents=True, exist_ok=True)
             self.shared_dir.mkdir(exist_ok=True)
-            self.network = ClusterNetwork(self.root, self.marker)
+            self.network = self._unshared_network()
             host_ip = str(self.network.host_address)
             for name in self.node_names:
                 agent = NodeAgent(self.api, name, host_ip, dict(self._node_labels.get(name, {})))
@@ -144,6 +144,14 @@ class LocalCluster:
         except BaseException:
             self.stop()
             raise
+
+    def _unshared_network(self, attempts: int = 5) -> ClusterNetwork:
+        for _ in range(attempts):
+            network = ClusterNetwork(self.root, self.marker)
+            if not network.shares_its_subnet():
+                return network
+            network.stop()
+        raise RuntimeError(f"no pod subnet of its own after {attempts} attempts")
 
     def stop(self) -> None:
         """Stops every pod, deregisters the nodes, removes the network and the scratch dirs."""

@@ -49,6 +49,10 @@ def _routed_networks() -> list[ipaddress.IPv4Network]:
     return [n for n in networks if isinstance(n, ipaddress.IPv4Network)]
 
 
+def routes_to(subnet: ipaddress.IPv4Network) -> int:
+    return sum(1 for network in _routed_networks() if network == subnet)
+
+
 def pick_subnet(rng: random.Random | None = None) -> ipaddress.IPv4Network:
     """A /24 of the pool that no route on this host overlaps (other runs may hold some)."""
     taken = _routed_networks()
@@ -90,6 +94,10 @@ class ClusterNetwork:
         run("ip", "link", "set", "uplink", "master", BRIDGE, "up")
         _ip("addr", "add", f"{self.host_address}/{prefix}", "dev", self.uplink)
         _ip("link", "set", self.uplink, "up")
+
+    def shares_its_subnet(self) -> bool:
+        """True when another run took the same /24 at the same moment (both then retry)."""
+        return routes_to(self.subnet) > 1
 
     def allocate(self) -> ipaddress.IPv4Address:
         with self._lock:
