@@ -506,3 +506,20 @@ def test_ha_peering_object_exists_and_only_it_can_be_touched(
         refused(clusterwide, "delete", "clusterkopfpeering", clusterwide.fullname)
     finally:
         kubectl(control_plane, "delete", "clusterkopfpeering", other)
+
+
+def test_a_second_ha_release_uses_the_peering_crd_already_there(
+    control_plane: ControlPlane,
+    api_client: client.ApiClient,
+    clusterwide: Release,
+    tmp_path: Path,
+) -> None:
+    """The peering CRD is kept by (or was never owned by) another release: a second HA
+    release must neither fail on it nor take it over."""
+    before = get_json(control_plane, "crd", "clusterkopfpeerings.kopf.dev")["metadata"]
+    sets = ["operator.replicas=2", "operator.peering.enabled=true"]
+    with installed(control_plane, api_client, tmp_path, sets, 0) as second:
+        get_json(control_plane, "clusterkopfpeering", second.fullname)
+        after = get_json(control_plane, "crd", "clusterkopfpeerings.kopf.dev")["metadata"]
+        assert after["uid"] == before["uid"]
+        assert after.get("annotations") == before.get("annotations")
