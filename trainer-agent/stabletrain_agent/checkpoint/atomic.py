@@ -148,6 +148,18 @@ def copy_file_synced(source: Path, destination: Path) -> int:
     return size
 
 
+def quarantine(path: Path) -> Path:
+    """Move a copy that does not verify out of the way, keeping its bytes for forensics.
+
+    The new name starts with a dot, so scanners no longer see a checkpoint there and the
+    original name is free for a good copy; nothing is deleted on a failed check.
+    """
+    target = path.with_name(f".corrupt-{path.name}-{uuid.uuid4().hex[:8]}")
+    os.rename(path, target)
+    fsync_dir(path.parent)
+    return target
+
+
 def remove_tree_durable(path: Path, first: str | None = None) -> None:
     """Delete a directory so that no crash leaves something that still looks valid.
 

@@ -40,6 +40,7 @@ from stabletrain_agent.checkpoint.atomic import (
     copy_file_synced,
     fsync_dir,
     make_dirs_durable,
+    quarantine,
     remove_tree_durable,
 )
 from stabletrain_agent.checkpoint.commit import commit_copy
@@ -318,8 +319,9 @@ class CheckpointManager:
                 verify_copy(local, step=step, attempt=attempt, node=self.config.node)
                 return "local"
             except CheckpointCorruptError as error:
-                rejected.append(str(error))
-                remove_tree_durable(local, first=MANIFEST_NAME)
+                moved = quarantine(local)
+                rejected.append(f"{error} (moved to {moved.name})")
+                log.error("local copy rejected: %s; kept as %s", error, moved)
         part = pfs_part_dir(self.config.pfs_root, step, attempt, self.config.node)
         try:
             verify_copy(part, step=step, attempt=attempt, node=self.config.node)

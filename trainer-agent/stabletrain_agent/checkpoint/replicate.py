@@ -28,7 +28,7 @@ from stabletrain_agent.checkpoint.atomic import (
     copy_file_synced,
     fsync_dir,
     make_dirs_durable,
-    remove_tree_durable,
+    quarantine,
 )
 from stabletrain_agent.checkpoint.fence import StaleAttemptError, check_not_stale
 from stabletrain_agent.checkpoint.inventory import VerifyCache
@@ -76,7 +76,7 @@ def replicate_copy(
         temp = parent / f"{TEMP_PREFIX}node-{node}-{uuid.uuid4().hex}"
         temp.mkdir()
     except CheckpointCorruptError:
-        remove_tree_durable(target, first=MANIFEST_NAME)
+        quarantine(target)  # a damaged part on the PFS: set aside, then copy afresh
         return replicate_copy(local_root, pfs_root, step, attempt, node, cache=cache)
     except OSError as error:
         raise PfsUnavailableError(f"cannot write to PFS {pfs_root}: {error}") from error
