@@ -20,7 +20,7 @@ HERE = Path(__file__).parent
 TORCHRUN = Path(sys.executable).with_name("torchrun")
 
 
-def torchrun(base: Path, mode: str, attempt: int) -> list[dict[str, Any]]:
+def torchrun(base: Path, mode: str, attempt: int, per_node: int = 1) -> list[dict[str, Any]]:
     port = free_port()
     env = {
         **os.environ,
@@ -33,13 +33,14 @@ def torchrun(base: Path, mode: str, attempt: int) -> list[dict[str, Any]]:
         [
             str(TORCHRUN),
             "--nnodes=1",
-            "--nproc-per-node=2",
+            f"--nproc-per-node={2 * per_node}",
             "--master-addr=127.0.0.1",
             f"--master-port={port}",
             str(HERE / "two_node_worker.py"),
             mode,
             str(base),
             str(attempt),
+            str(per_node),
         ],
         base / f"torchrun-{mode}-{attempt}.log",
         env=env,
@@ -52,7 +53,10 @@ def torchrun(base: Path, mode: str, attempt: int) -> list[dict[str, Any]]:
         assert process.popen.returncode == 0, process.log_tail()
     finally:
         process.stop()
-    return [json.loads((base / f"{mode}-{attempt}-rank{r}.json").read_text()) for r in (0, 1)]
+    return [
+        json.loads((base / f"{mode}-{attempt}-rank{r}.json").read_text())
+        for r in range(2 * per_node)
+    ]
 
 
 def assert_bit_exact(expected: Any, actual: Any, where: str = "") -> None:
@@ -72,8 +76,8 @@ def assert_bit_exact(expected: Any, actual: Any, where: str = "") -> None:
         assert expected == actual, where
 
 
-def compare(base: Path, attempt: int) -> None:
-    for rank in (0, 1):
+def compare(base: Path, attempt: int, ranks: int = 2) -> None:
+    for rank in range(ranks):
         saved = torch.load(base / f"save-1-rank{rank}.pt", weights_only=False)
         restored = torch.load(base / f"restore-{attempt}-rank{rank}.pt", weights_only=False)
         assert_bit_exact(saved, restored, f"rank{rank}")
@@ -108,3 +112,14 @@ def test_restore_from_pfs_after_wipe_from_other_tier_after_bitflip_and_from_loca
     reports = torchrun(tmp_path, "restore", 4)
     assert [(r["step"], r["source"]) for r in reports] == [(3, "local"), (3, "local")]
     compare(tmp_path, 4)
+
+
+def test_two_nodes_of_two_ranks_each_node_holds_what_its_ranks_need(tmp_path: Path) -> None:
+    """DCP writes a replicated key once per process group: over per-node groups, each node's
+    local tier holds the full model and optimizer plus its own ranks' per-rank state."""
+    (tmp_path / "pfs").mkdir()
+    torchrun(tmp_path, "save", 1, per_node=2)
+    shutil.rmtree(tmp_path / "local-n1")
+    reports = torchrun(tmp_path, "restore", 2, per_node=2)
+    assert [r["source"] for r in reports] == ["local", "local", "pfs", "pfs"]
+    compare(tmp_path, 2, ranks=4)

@@ -1,6 +1,7 @@
-"""One rank of a 2-node x 1-rank job (gloo on 127.0.0.1); each rank plays a node with its own
-local tier.  `save` trains a data-parallel model a few steps and checkpoints it; `restore`
-starts from a differently initialised model and restores.  Both dump what they hold."""
+"""One rank of a 2-node job (gloo on 127.0.0.1) with argv[4] ranks per node; each group of
+ranks plays a node with its own local tier.  `save` trains a data-parallel model a few
+steps and checkpoints it; `restore` starts from a differently initialised model and
+restores.  Both dump what they hold."""
 
 from __future__ import annotations
 
@@ -37,9 +38,10 @@ def snapshot(model: torch.nn.Module, optimizer: torch.optim.Optimizer, cursor: H
 
 def main() -> None:
     mode, base, attempt = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
+    per_node = int(sys.argv[4])
     dist.init_process_group("gloo")
     rank = dist.get_rank()
-    node = f"n{rank}"
+    node = f"n{rank // per_node}"
     model, optimizer = build(seed=0 if mode == "save" else 999 + rank)
     cursor = Holder({"samples": -1, "shard": ""})
     config = CheckpointConfig(base / f"local-{node}", base / "pfs", attempt, node)
