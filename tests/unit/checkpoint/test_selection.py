@@ -4,6 +4,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from stabletrain_agent.checkpoint.inventory import merge_records
 from stabletrain_agent.checkpoint.selection import NoCheckpointError, select_checkpoint
 from stabletrain_agent.contract.inventory import CheckpointRecord, NodeCopy, TierCopy
 
@@ -83,3 +84,15 @@ def test_deterministic_whatever_the_input_order() -> None:
     second = select_checkpoint(list(reversed(records)), onset_step=300, margin=0, nodes=NODES)
     assert first == second
     assert (first.step, first.attempt) == (200, 2)
+
+
+def test_merged_node_reports_feed_the_selection() -> None:
+    n0 = [record(100, local=("n0",)), record(200, local=("n0",), pfs=False)]
+    n1 = [record(100, local=("n1",), pfs=False), record(200, local=("n1",))]
+    merged = merge_records([n0, n1])
+    assert [(r.step, r.pfs.verified, [c.node for c in r.local]) for r in merged] == [
+        (100, True, ["n0", "n1"]),
+        (200, True, ["n0", "n1"]),
+    ]
+    chosen = select_checkpoint(merged, onset_step=300, margin=0, nodes=NODES)
+    assert (chosen.step, chosen.source) == (200, "local")
