@@ -17,9 +17,11 @@ def run_replay(args: argparse.Namespace, out: TextIO, notes: TextIO) -> int:
     history = read_history(Path(args.metrics))
     policy = default_policy() if args.policy is None else read_policy(Path(args.policy))
     rows = history.rows
+    steps = [row.step for row in rows]
+    relaunches = f", {history.relaunches} relaunches" if history.relaunches else ""
     print(
-        f"replaying {len(rows)} rows (steps {rows[0].step}-{rows[-1].step}) of {history.path} "
-        f"with {policy.source}",
+        f"replaying {len(rows)} rows (steps {min(steps)}-{max(steps)}{relaunches}) of "
+        f"{history.path} with {policy.source}",
         file=notes,
     )
 

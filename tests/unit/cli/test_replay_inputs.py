@@ -25,11 +25,30 @@ BAD_CSV = [
     ),
     ("negative step", "step,loss\n-1,2.0\n", "m.csv:2: column step: step -1 is negative"),
     (
-        "steps backwards",
-        "step,loss\n5,2.0\n4,2.0\n",
-        "m.csv:3: column step: step 4 does not follow step 5",
+        "attempt goes back",
+        "step,loss,attempt\n5,2.0,1\n6,2.0,0\n",
+        "m.csv:3: column attempt: attempt 0 follows attempt 1",
     ),
-    ("repeated step", "step,loss\n5,2.0\n5,2.0\n", "m.csv:3: column step: step 5 does not follow"),
+    (
+        "step repeats within an attempt",
+        "step,loss,attempt\n5,2.0,0\n5,2.0,0\n",
+        "m.csv:3: column step: step 5 does not follow step 5 within attempt 0",
+    ),
+    (
+        "empty attempt",
+        "step,loss,attempt\n5,2.0,\n",
+        "m.csv:2: column attempt: '' is not an integer",
+    ),
+    (
+        "time goes back",
+        "step,loss,time\n1,2.0,100\n2,2.0,99.5\n",
+        "m.csv:3: column time: time 99.5 is before",
+    ),
+    (
+        "time not finite",
+        "step,loss,time\n1,2.0,nan\n",
+        "m.csv:2: column time: time nan is not a finite",
+    ),
     ("garbage loss", "step,loss\n1,2.0\n2,abc\n", "m.csv:3: column loss: 'abc' is not a number"),
     ("garbage grad norm", "step,loss,grad_norm\n1,2.0,1..0\n", "m.csv:2: column grad_norm: '1..0'"),
     (

@@ -2,9 +2,14 @@
 
 Training logs come from many loggers, so the format is lenient where loggers differ
 (sparse rows, `nan`/`inf` spelled either way, an empty loss cell for NaN as pandas writes
-it) and strict where a silent guess would change the verdict: a step that is not an
-integer, steps that go backwards, a value that is not a number. Every error names the
-file, the line and the column.
+it, `1200.0` for a step) and strict where a silent guess would change the verdict: a step
+that is not an integer, a value that is not a number, time running backwards. Every error
+names the file, the line and the column.
+
+A run that healed itself logs a step sequence that goes back: after a rollback
+the next attempt resumes from a checkpoint before the spike. Such a row starts a new
+attempt (a relaunch). An `attempt` column, when present, says so explicitly, and then a
+step that does not increase within one attempt is an error.
 """
 
 from __future__ import annotations
@@ -25,7 +30,9 @@ LOSS = "loss"
 GRAD_NORM = "grad_norm"
 LR = "lr"
 TOKENS_PER_SECOND = "tokens_per_second"
-BUILT_IN_COLUMNS = (STEP, LOSS, GRAD_NORM, LR, TOKENS_PER_SECOND)
+ATTEMPT = "attempt"
+TIME = "time"
+BUILT_IN_COLUMNS = (STEP, LOSS, GRAD_NORM, LR, TOKENS_PER_SECOND, ATTEMPT, TIME)
 _CUSTOM_COLUMN = re.compile(CUSTOM_NAME_PATTERN)
 
 
@@ -41,15 +48,23 @@ class MetricsRow:
     lr: float | None
     tokens_per_second: float | None
     custom: Mapping[str, float] = field(default_factory=dict)
+    time: float | None = None
+    """Seconds (any origin, e.g. Unix time) when the step finished, if logged."""
+    relaunch: bool = False
+    """First row of a new attempt: the run was relaunched from a checkpoint before it."""
 
 
 @dataclass(frozen=True)
 class MetricsHistory:
-    """The parsed file: rows in step order and the custom columns it carries."""
+    """The parsed file: rows in logged order and the custom columns it carries."""
 
     path: Path
     rows: tuple[MetricsRow, ...]
     custom_columns: tuple[str, ...]
+
+    @property
+    def relaunches(self) -> int:
+        return sum(row.relaunch for row in self.rows)
 
 
 def read_history(path: Path) -> MetricsHistory:
@@ -76,6 +91,15 @@ def _parse(path: Path, handle: TextIO) -> MetricsHistory:
         raise _error(path, reader.line_num, None, f"malformed CSV: {error}") from None
 
 
+@dataclass
+class _Sequence:
+    """What the previous row said about step, attempt and time."""
+
+    step: int | None = None
+    attempt: int | None = None
+    time: float | None = None
+
+
 def _parse_rows(
     path: Path, reader: Iterator[list[str]], line_number: Callable[[], int]
 ) -> MetricsHistory:
@@ -83,7 +107,7 @@ def _parse_rows(
     header = _header(path, next(reader, None))
     custom_columns = tuple(name for name in header if name not in BUILT_IN_COLUMNS)
     rows: list[MetricsRow] = []
-    previous_step: int | None = None
+    previous = _Sequence()
     for cells in reader:
         line = line_number()
         if not any(cell.strip() for cell in cells):
@@ -91,16 +115,11 @@ def _parse_rows(
         if len(cells) != len(header):
             raise _error(path, line, None, f"{len(cells)} fields, but the header has {len(header)}")
         values = dict(zip(header, (cell.strip() for cell in cells), strict=True))
-        step = _step(path, line, values[STEP])
-        if previous_step is not None and step <= previous_step:
-            raise _error(
-                path,
-                line,
-                STEP,
-                f"step {step} does not follow step {previous_step}; "
-                "rows must be in increasing step order",
-            )
-        previous_step = step
+        step = _integer(path, line, STEP, values[STEP])
+        attempt = None if ATTEMPT not in values else _integer(path, line, ATTEMPT, values[ATTEMPT])
+        time = _optional(path, line, TIME, values)
+        relaunch = _relaunch(path, line, previous, _Sequence(step, attempt, time))
+        previous = _Sequence(step, attempt, time if time is not None else previous.time)
         custom = {}
         for name in custom_columns:
             value = _number(path, line, name, values[name])
@@ -116,11 +135,40 @@ def _parse_rows(
                 lr=_optional(path, line, LR, values),
                 tokens_per_second=_optional(path, line, TOKENS_PER_SECOND, values),
                 custom=custom,
+                time=time,
+                relaunch=relaunch,
             )
         )
     if not rows:
         raise _error(path, 2, None, "no data rows after the header")
     return MetricsHistory(path=path, rows=tuple(rows), custom_columns=custom_columns)
+
+
+def _relaunch(path: Path, line: int, previous: _Sequence, current: _Sequence) -> bool:
+    """Whether this row starts a new attempt; errors for sequences no run can produce."""
+    step, attempt, time = current.step, current.attempt, current.time
+    assert step is not None  # every row has a step
+    if time is not None and not math.isfinite(time):
+        raise _error(path, line, TIME, f"time {time} is not a finite number of seconds")
+    if time is not None and previous.time is not None and time < previous.time:
+        raise _error(
+            path, line, TIME, f"time {time:g} is before the previous row's {previous.time:g}"
+        )
+    if previous.step is None:
+        return False
+    if attempt is None:
+        return step <= previous.step
+    assert previous.attempt is not None  # the column is present on every row or none
+    if attempt < previous.attempt:
+        raise _error(path, line, ATTEMPT, f"attempt {attempt} follows attempt {previous.attempt}")
+    if attempt == previous.attempt and step <= previous.step:
+        raise _error(
+            path,
+            line,
+            STEP,
+            f"step {step} does not follow step {previous.step} within attempt {attempt}",
+        )
+    return attempt > previous.attempt
 
 
 def _header(path: Path, cells: list[str] | None) -> tuple[str, ...]:
@@ -150,18 +198,18 @@ def _header(path: Path, cells: list[str] | None) -> tuple[str, ...]:
     return names
 
 
-def _step(path: Path, line: int, cell: str) -> int:
-    """An integer; `1200.0` too, since pandas writes integer columns that way at times."""
+def _integer(path: Path, line: int, column: str, cell: str) -> int:
+    """A non-negative integer; `1200.0` too, since pandas writes integer columns that way."""
     try:
         number = float(cell)
     except ValueError:
-        raise _error(path, line, STEP, f"{cell!r} is not an integer step") from None
+        raise _error(path, line, column, f"{cell!r} is not an integer {column}") from None
     if not number.is_integer():
-        raise _error(path, line, STEP, f"{cell!r} is not an integer step")
-    step = int(number)
-    if step < 0:
-        raise _error(path, line, STEP, f"step {step} is negative")
-    return step
+        raise _error(path, line, column, f"{cell!r} is not an integer {column}")
+    value = int(number)
+    if value < 0:
+        raise _error(path, line, column, f"{column} {value} is negative")
+    return value
 
 
 def _number(path: Path, line: int, column: str, cell: str) -> float | None:

@@ -28,18 +28,32 @@ def write_plot(result: ReplayResult, out: Path, *, title: str) -> None:
         from matplotlib import pyplot  # noqa: PLC0415
     except ImportError:
         raise CliError("--plot needs matplotlib: pip install 'stabletrain[plot]'") from None
-    steps = [p.step for p in result.points]
     figure, axes = pyplot.subplots(figsize=(11, 4.5), dpi=110)
     try:
-        axes.plot(steps, [_finite(p.loss) for p in result.points], lw=0.8, label="loss")
-        axes.plot(
-            steps,
-            [math.nan if p.baseline is None else p.baseline for p in result.points],
-            lw=1.2,
-            ls="--",
-            color="tab:green",
-            label="healthy baseline",
-        )
+        attempts = sorted({p.attempt for p in result.points})
+        loss_label = "loss (earlier attempts faded)" if len(attempts) > 1 else "loss"
+        for attempt in attempts:
+            points = [p for p in result.points if p.attempt == attempt]
+            steps = [p.step for p in points]
+            fade = 0.45 if attempt != attempts[-1] else 1.0
+            first = attempt == attempts[0]
+            axes.plot(
+                steps,
+                [_finite(p.loss) for p in points],
+                lw=0.8,
+                color="tab:blue",
+                alpha=fade,
+                label=loss_label if first else None,
+            )
+            axes.plot(
+                steps,
+                [math.nan if p.baseline is None else p.baseline for p in points],
+                lw=1.2,
+                ls="--",
+                color="tab:green",
+                alpha=fade,
+                label="healthy baseline" if first else None,
+            )
         non_finite = [p.step for p in result.points if not math.isfinite(p.loss)]
         if non_finite:
             axes.scatter(

@@ -1,18 +1,25 @@
 """The replay loop: every recorded row through `SignalMonitor`, every finding through `decide`.
 
 Nothing here re-implements detection or policy; it only models what the live system does
-around them, because a recorded history keeps going where a live run would have stopped:
+around them:
 
 * A trip becomes a trip-report observation, other findings become scraped observations,
   exactly as the operator sees them.
-* After a Rollback or RestartFromLatest at step S the live run would have been relaunched
-  from a checkpoint before S; what the recording shows of anomalies that began at or
-  before S belongs to the run that was stopped. Findings with an onset at or before S are
-  therefore not decided on again (whatever their signal); the monitor keeps observing,
-  and the ledger (budgets, cooldown, escalation) and the LR scale carry on, so a later
-  spike near the same step escalates as it would live.
+* A recording of a run that was not healed keeps going where a live run would have
+  stopped. After a Rollback or RestartFromLatest at step S the live run would have been
+  relaunched from a checkpoint before S; what the recording shows of anomalies that
+  began at or before S belongs to the run that was stopped. Findings with an onset at or
+  before S are therefore not decided on again (whatever their signal); the monitor keeps
+  observing, and the ledger (budgets, cooldown, escalation) and the LR scale carry on, so
+  a later spike near the same step escalates as it would live.
+* A recording of a run that was healed shows its relaunches (the step goes back, or the
+  `attempt` column grows). The live agent then restores its monitor from the checkpoint
+  it resumes from; the replay rebuilds the monitor the same way, by observing again the
+  rows of the surviving timeline before the relaunch, and starts counting steps since
+  start from 0, as a fresh process does.
 * After a Fail the job is over, and the replay stops there.
-* Time: the policy's cooldowns need a clock; the replay uses step x `step_seconds`.
+* Time: the policy's cooldowns need a clock. A `time` column is used when present;
+  otherwise `step_seconds` per step within an attempt, and one step's worth per relaunch.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from datetime import UTC, datetime, timedelta
 
 from stabletrain_agent.contract.names import Action
 from stabletrain_agent.signals.monitor import Finding, SignalMonitor, StepObservation, Verdict
-from stabletrain_operator.cli.replay.history import MetricsHistory
+from stabletrain_operator.cli.replay.history import MetricsHistory, MetricsRow
 from stabletrain_operator.cli.replay.policy_file import ReplayPolicy
 from stabletrain_operator.policy import (
     Decision,
@@ -36,7 +43,7 @@ from stabletrain_operator.policy import (
 )
 
 REPLAY_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
-"""Time of step 0 in a replay; only differences matter (cooldowns)."""
+"""Time zero of a replay; only differences matter (cooldowns)."""
 PROGRESS_EVERY = 20_000
 """Rows between progress reports: about a second of work, so long replays show life."""
 
@@ -55,6 +62,8 @@ class ReplayPoint:
     step: int
     loss: float
     baseline: float | None
+    attempt: int
+    """Relaunches seen before this row: each attempt is drawn as its own line."""
 
 
 @dataclass(frozen=True)
@@ -82,45 +91,16 @@ def replay(
     `on_decision` sees each decision as it is taken; `on_progress(done, total)` is called
     every PROGRESS_EVERY rows.
     """
-    monitor = SignalMonitor(policy.detection, trip_signals(policy.recovery))
-    ledger = PolicyLedger()
-    lr_scale = 1.0
-    lr = 0.0
-    last_stop_step: int | None = None
+    run = _Run(policy, step_seconds)
     decisions: list[ReplayedDecision] = []
-    points: list[ReplayPoint] = []
     failed_at = None
     total = len(history.rows)
     for index, row in enumerate(history.rows):
         if on_progress is not None and index and index % PROGRESS_EVERY == 0:
             on_progress(index, total)
-        if row.lr is not None:
-            lr = row.lr
-        verdict = monitor.observe(
-            StepObservation(
-                step=row.step,
-                loss=row.loss,
-                grad_norm=row.grad_norm,
-                lr=lr,
-                tokens_per_second=row.tokens_per_second,
-                custom=row.custom,
-                checkpoint_in_flight=False,
-                steps_since_start=index,
-            )
-        )
-        points.append(ReplayPoint(row.step, row.loss, monitor.snapshot().loss_baseline))
-        observations = _observations(verdict, last_stop_step)
-        if not observations:
-            continue
-        now = REPLAY_EPOCH + timedelta(seconds=row.step * step_seconds)
-        decision = decide(policy.recovery, observations, ledger, now=now, lr_scale=lr_scale)
+        decision = run.step(row)
         if decision is None:
             continue
-        ledger = record(ledger, decision, now=now)
-        if decision.lr_scale is not None:
-            lr_scale = decision.lr_scale
-        if decision.stops_the_run:
-            last_stop_step = row.step
         replayed = ReplayedDecision(row.step, decision)
         decisions.append(replayed)
         if on_decision is not None:
@@ -131,11 +111,90 @@ def replay(
     read = {signal.metric_key for signal in policy.detection.custom}
     return ReplayResult(
         decisions=tuple(decisions),
-        points=tuple(points),
+        points=tuple(run.points),
         unused_columns=tuple(c for c in history.custom_columns if c not in read),
         failed_at=failed_at,
-        lr_scale=lr_scale,
+        lr_scale=run.lr_scale,
     )
+
+
+class _Run:
+    """The live system around the shared code: the agent's monitor of the current attempt,
+    the operator's ledger and LR scale, and a clock."""
+
+    def __init__(self, policy: ReplayPolicy, step_seconds: float) -> None:
+        self._policy = policy
+        self._trip_on = trip_signals(policy.recovery)
+        self._step_seconds = step_seconds
+        self._monitor = SignalMonitor(policy.detection, self._trip_on)
+        self._timeline: list[StepObservation] = []
+        """What the current attempt's monitor has seen, inherited timeline included."""
+        self._steps_since_start = 0
+        self._attempt = 0
+        self._elapsed = 0.0
+        self._previous_step: int | None = None
+        self._last_stop_step: int | None = None
+        self._lr = 0.0
+        self._ledger = PolicyLedger()
+        self.lr_scale = 1.0
+        self.points: list[ReplayPoint] = []
+
+    def step(self, row: MetricsRow) -> Decision | None:
+        if row.relaunch:
+            self._relaunch(row.step)
+        now = self._tick(row)
+        if row.lr is not None:
+            self._lr = row.lr
+        observation = StepObservation(
+            step=row.step,
+            loss=row.loss,
+            grad_norm=row.grad_norm,
+            lr=self._lr,
+            tokens_per_second=row.tokens_per_second,
+            custom=row.custom,
+            checkpoint_in_flight=False,
+            steps_since_start=self._steps_since_start,
+        )
+        verdict = self._monitor.observe(observation)
+        self._timeline.append(observation)
+        self._steps_since_start += 1
+        baseline = self._monitor.snapshot().loss_baseline
+        self.points.append(ReplayPoint(row.step, row.loss, baseline, self._attempt))
+        observations = _observations(verdict, self._last_stop_step)
+        if not observations:
+            return None
+        decision = decide(
+            self._policy.recovery, observations, self._ledger, now=now, lr_scale=self.lr_scale
+        )
+        if decision is None:
+            return None
+        self._ledger = record(self._ledger, decision, now=now)
+        if decision.lr_scale is not None:
+            self.lr_scale = decision.lr_scale
+        if decision.stops_the_run:
+            self._last_stop_step = row.step
+        return decision
+
+    def _relaunch(self, first_step: int) -> None:
+        """A new attempt resumed from a checkpoint before `first_step`: its monitor starts
+        from the state the checkpoint holds, i.e. after the surviving timeline."""
+        self._timeline = [o for o in self._timeline if o.step < first_step]
+        self._monitor = SignalMonitor(self._policy.detection, self._trip_on)
+        for observation in self._timeline:
+            self._monitor.observe(observation)
+        self._steps_since_start = 0
+        self._attempt += 1
+        self._last_stop_step = None
+
+    def _tick(self, row: MetricsRow) -> datetime:
+        first = self._previous_step is None
+        if row.time is not None:
+            self._elapsed = row.time if first else max(self._elapsed, row.time)
+        elif self._previous_step is not None:
+            steps = 1 if row.relaunch else max(row.step - self._previous_step, 1)
+            self._elapsed += steps * self._step_seconds
+        self._previous_step = row.step
+        return REPLAY_EPOCH + timedelta(seconds=self._elapsed)
 
 
 def _observations(verdict: Verdict, last_stop_step: int | None) -> list[Observation]:
