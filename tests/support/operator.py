@@ -97,7 +97,7 @@ class OperatorProcess:
 
 def delete_jobs(api_client: client.ApiClient, namespace: str, timeout: float = 60) -> None:
     """Delete every job of the namespace and wait until the operator released them."""
-    custom = client.CustomObjectsApi(api_client)
+    custom: Any = client.CustomObjectsApi(api_client)
     with contextlib.suppress(client.ApiException):
         custom.delete_collection_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)
     deadline = time.monotonic() + timeout
@@ -127,7 +127,7 @@ def running_operator(
         operator.stop()
 
 
-def create_claim(core: client.CoreV1Api, namespace: str, name: str = "pfs") -> None:
+def create_claim(core: Any, namespace: str, name: str = "pfs") -> None:
     body: Json = {
         "metadata": {"name": name},
         "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}},
@@ -182,8 +182,10 @@ class Jobs:
     """Reads and waits on jobs of one namespace."""
 
     def __init__(self, api_client: client.ApiClient, namespace: str) -> None:
-        self.custom = client.CustomObjectsApi(api_client)
-        self.core = client.CoreV1Api(api_client)
+        # Any: plain dicts go in and come out (the typed client's models are not needed here).
+        self.api_client: Any = api_client
+        self.custom: Any = client.CustomObjectsApi(api_client)
+        self.core: Any = client.CoreV1Api(api_client)
         self.namespace = namespace
 
     def create(self, manifest: Json) -> Json:
@@ -215,14 +217,31 @@ class Jobs:
             if check(status):
                 return status
             time.sleep(0.2)
-        raise AssertionError(f"timed out after {timeout} s waiting for {what}; status: {status}")
-
-    def pods(self, name: str) -> list[Any]:
-        listed = self.core.list_namespaced_pod(self.namespace, label_selector=f"{GROUP}/job={name}")
-        return list(listed.items)
-
-    def events(self, name: str) -> list[Any]:
-        listed = self.core.list_namespaced_event(
-            self.namespace, field_selector=f"involvedObject.name={name}"
+        pods = [
+            (p["metadata"]["name"], p.get("status", {}).get("phase"),
+             p["spec"].get("nodeName"), p.get("status", {}).get("conditions"),
+             [c.get("state") for c in p.get("status", {}).get("containerStatuses") or []])
+            for p in self.pods(name)
+        ]  # fmt: skip
+        raise AssertionError(
+            f"timed out after {timeout} s waiting for {what}; status: {status}; pods: {pods}"
         )
-        return sorted(listed.items, key=lambda e: e.metadata.creation_timestamp)
+
+    def _plain(self, items: Any) -> list[Json]:
+        return [self.api_client.sanitize_for_serialization(item) for item in items]
+
+    def pods(self, name: str) -> list[Json]:
+        """The job's pods as JSON (camelCase), as kubectl would show them."""
+        listed = self.core.list_namespaced_pod(self.namespace, label_selector=f"{GROUP}/job={name}")
+        return self._plain(listed.items)
+
+    def events(self, name: str) -> list[Json]:
+        """Events on the job, oldest first."""
+        selector = f"involvedObject.name={name}"
+        listed = self.core.list_namespaced_event(self.namespace, field_selector=selector)
+        events = self._plain(listed.items)
+        return sorted(events, key=lambda e: str(e["metadata"]["creationTimestamp"]))
+
+    def config_map(self, name: str) -> Json:
+        found: Json = self._plain([self.core.read_namespaced_config_map(name, self.namespace)])[0]
+        return found

@@ -1,0 +1,282 @@
+"""The state machine's transitions, called directly: a NaN trip through every phase to a
+confirmed rollback, the checkpoint choice, budgets, alerts, restarts, suspend."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from operator_builders import T0, agent, pod, record, spec, trip
+
+from stabletrain_agent.contract.channel import FindingReport
+from stabletrain_agent.contract.directives import SkipRange
+from stabletrain_agent.contract.names import Action, AnomalyClass
+from stabletrain_operator.api.constants import Phase
+from stabletrain_operator.api.status import Counters, StableTrainingJobStatus
+from stabletrain_operator.machine import Step, World, advance
+from stabletrain_operator.observe.pods import PodState
+from stabletrain_operator.plan.directives import attempt_directives
+from stabletrain_operator.policy import PolicyLedger
+
+CHECKPOINTS = tuple(record(step) for step in (10, 20, 30, 40, 50))
+
+
+def world(status: StableTrainingJobStatus, **changes: object) -> World:
+    base: dict[str, object] = {
+        "now": T0,
+        "job": "job",
+        "spec": spec(),
+        "generation": 1,
+        "pods": (),
+        "ledger": PolicyLedger.from_job_status(status),
+        "previous_nodes": ("node-a", "node-b"),
+    }
+    base.update(changes)
+    return World(**base)  # type: ignore[arg-type]
+
+
+def running(**changes: object) -> StableTrainingJobStatus:
+    data: dict[str, object] = {
+        "phase": Phase.RUNNING,
+        "attempt": 0,
+        "directives_generation": 1,
+        "step": 57,
+        "checkpoints": CHECKPOINTS,
+    }
+    data.update(changes)
+    return StableTrainingJobStatus(**data)  # type: ignore[arg-type]
+
+
+def tripped_pods(onset: int = 55) -> tuple[object, ...]:
+    return tuple(
+        pod(rank, state=PodState.FAILED, report=trip(node, onset=onset))
+        for rank, node in enumerate(("node-a", "node-b"))
+    )
+
+
+def conditions(step: Step) -> dict[str, tuple[str, str]]:
+    return {c.type: (c.status, c.reason) for c in step.status.conditions}
+
+
+def test_nan_trip_runs_the_whole_rollback_once() -> None:
+    status = running()
+    stop = advance(status, world(status, pods=tripped_pods()))
+    assert stop.status.phase is Phase.STOPPING
+    plan = stop.status.plan
+    assert plan is not None
+    assert (plan.action, plan.rule, plan.onset_step) == (Action.ROLLBACK, "nan", 55)
+    assert plan.lr_scale == 0.5
+    assert plan.added_skip == (SkipRange(first=53, last=60),)
+    assert stop.status.counters.rollbacks == 1
+    assert stop.status.counters.trips == 1
+    assert stop.delete_pods == ("job-a0-0", "job-a0-1")
+    assert not stop.force_delete
+    assert conditions(stop)["Recovering"][0] == "True"
+
+    pods_left = tripped_pods()
+    again = advance(stop.status, world(stop.status, pods=pods_left, now=T0 + timedelta(seconds=5)))
+    assert again.status.phase is Phase.STOPPING
+    assert again.delete_pods
+    assert not again.force_delete
+    late = advance(stop.status, world(stop.status, pods=pods_left, now=T0 + timedelta(minutes=1)))
+    assert late.force_delete, "pods that outlive the grace are force-deleted"
+
+    planning = advance(stop.status, world(stop.status))
+    assert planning.status.phase is Phase.PLANNING
+    relaunching = advance(planning.status, world(planning.status))
+    assert relaunching.status.phase is Phase.RELAUNCHING
+    chosen = relaunching.status.plan
+    assert chosen is not None
+    assert chosen.target_step == 40, "newest stable checkpoint at or before onset 55 - 10"
+    assert chosen.directives_generation == 2
+
+    confirming = advance(relaunching.status, world(relaunching.status))
+    assert confirming.status.phase is Phase.CONFIRMING
+    launch = confirming.launch
+    assert launch is not None
+    directives = launch.directives
+    assert (directives.attempt, directives.generation, directives.resume_step) == (1, 2, 40)
+    assert directives.lr_scale == 0.5
+    assert directives.rewarmup_steps == 4
+    assert directives.skip == (SkipRange(first=53, last=60),)
+    assert launch.preferred_nodes == ("node-a", "node-b")
+    assert confirming.status.attempt == 1
+    assert confirming.status.lr_scale == 0.5
+    assert confirming.status.rollback_history[-1].to_step == 40
+    assert confirming.recovered_after == timedelta(0)
+
+    new_pods = (pod(0, attempt=1), pod(1, attempt=1))
+    not_yet = [agent(r, attempt=1, step=40, generation=2, lr_scale=0.5) for r in (0, 1)]
+    waiting = advance(
+        confirming.status, world(confirming.status, pods=new_pods, scrapes=tuple(not_yet))
+    )
+    assert waiting.status.phase is Phase.CONFIRMING, "step 40 is not beyond the resume step"
+    applied = [agent(r, attempt=1, step=41, generation=2, lr_scale=0.5) for r in (0, 1)]
+    done = advance(
+        confirming.status, world(confirming.status, pods=new_pods, scrapes=tuple(applied))
+    )
+    assert done.status.phase is Phase.RUNNING
+    assert done.status.plan is None
+    assert conditions(done)["Recovering"] == ("False", "RollbackConfirmed")
+    assert done.status.counters.rollbacks == 1
+
+
+def test_checkpoint_without_pfs_copy_is_passed_over() -> None:
+    records = tuple(record(s, pfs=s != 40) for s in (10, 20, 30, 40, 50))
+    status = running(checkpoints=records).model_copy(update={"phase": Phase.PLANNING})
+    stop = advance(running(checkpoints=records), world(running(), pods=tripped_pods()))
+    planning = stop.status.model_copy(update={"phase": Phase.PLANNING, "checkpoints": records})
+    planned = advance(planning, world(status))
+    assert planned.status.plan is not None
+    assert planned.status.plan.target_step == 30
+
+
+def test_inventory_in_trip_reports_reaches_the_choice() -> None:
+    newer = (*CHECKPOINTS[:3], record(40, pfs=False))
+    pods = tuple(
+        pod(r, state=PodState.FAILED, report=trip(node, records=newer))
+        for r, node in enumerate(("node-a", "node-b"))
+    )
+    status = running(checkpoints=())
+    stop = advance(status, world(status, pods=pods))
+    steps = [r.step for r in stop.status.checkpoints]
+    assert steps == [10, 20, 30, 40]
+    planning = advance(stop.status, world(stop.status))
+    planned = advance(planning.status, world(planning.status))
+    assert planned.status.plan is not None
+    assert planned.status.plan.target_step == 30
+
+
+def test_spent_rollback_budget_fails_with_the_reason() -> None:
+    status = running(counters=Counters(rollbacks=2))
+    stop = advance(status, world(status, pods=tripped_pods()))
+    assert stop.status.plan is not None
+    assert stop.status.plan.action is Action.FAIL
+    failed = advance(stop.status, world(stop.status))
+    assert failed.status.phase is Phase.FAILED
+    state = conditions(failed)
+    assert state["Failed"] == ("True", "RollbackBudgetExhausted")
+    assert state["BudgetExhausted"][0] == "True"
+    message = next(c.message for c in failed.status.conditions if c.type == "Failed")
+    assert "maxRollbacks" in message or "rollback" in message.lower()
+
+
+def test_alert_changes_only_status_and_events() -> None:
+    finding = FindingReport(
+        signal="GradNormSpike", anomaly_class=AnomalyClass.DIVERGENCE, value=10.0,
+        threshold=4.0, onset_step=50, consecutive=4, sustained=True, evidence="grad norm 10x",
+    )  # fmt: skip
+    scrapes = tuple(agent(r, step=57, firing=(finding,)) for r in (0, 1))
+    status = running()
+    alerted = advance(status, world(status, pods=(pod(0), pod(1)), scrapes=scrapes))
+    assert alerted.status.phase is Phase.RUNNING
+    assert alerted.status.counters.alerts == 1
+    assert alerted.status.attempt == 0
+    assert alerted.status.lr_scale == 1.0
+    assert not alerted.delete_pods
+    assert alerted.launch is None
+    assert alerted.live is None
+    assert conditions(alerted)["Healthy"] == ("False", "Alerted")
+    assert [e.reason for e in alerted.events]
+    repeat = advance(
+        alerted.status,
+        world(alerted.status, pods=(pod(0), pod(1)), scrapes=scrapes, ledger=alerted.ledger),
+    )
+    assert repeat.status.counters.alerts == 1, "one alert per episode"
+
+
+def test_reduce_lr_sends_live_directives_without_restart() -> None:
+    rules = [{"name": "grad", "onSignals": ["GradNormSpike"], "action": "ReduceLR"}]
+    job = spec(recovery={"rules": rules})
+    finding = FindingReport(
+        signal="GradNormSpike", anomaly_class=AnomalyClass.LR_TOO_HIGH, onset_step=50,
+        consecutive=4, sustained=True,
+    )  # fmt: skip
+    base = attempt_directives(job, generation=1, attempt=0, resume_step=None, lr_scale=1.0,
+                              rewarmup_steps=0, skip=())  # fmt: skip
+    status = running()
+    scrapes = tuple(agent(r, firing=(finding,)) for r in (0, 1))
+    step = advance(
+        status,
+        world(status, spec=job, pods=(pod(0), pod(1)), scrapes=scrapes, attempt_directives=base),
+    )
+    assert step.status.phase is Phase.RUNNING
+    assert step.status.lr_scale == 0.5
+    assert step.status.directives_generation == 2
+    assert step.status.counters.lr_reductions == 1
+    assert step.live is not None
+    assert (step.live.generation, step.live.lr_scale, step.live.attempt) == (2, 0.5, 0)
+    assert step.live_pods == ("job-a0-0", "job-a0-1")
+    assert not step.delete_pods
+
+
+def test_lagging_pod_gets_the_live_directives_again() -> None:
+    job = spec()
+    base = attempt_directives(job, generation=1, attempt=0, resume_step=None, lr_scale=1.0,
+                              rewarmup_steps=0, skip=())  # fmt: skip
+    status = running(directives_generation=2, lr_scale=0.5)
+    scrapes = (agent(0, generation=2, lr_scale=0.5), agent(1, generation=1))
+    step = advance(
+        status, world(status, pods=(pod(0), pod(1)), scrapes=scrapes, attempt_directives=base)
+    )
+    assert step.live is not None
+    assert step.live.generation == 2
+    assert step.live_pods == ("job-a0-1",)
+
+
+def test_worker_failure_restarts_after_backoff_without_lr_change() -> None:
+    status = running(counters=Counters(restarts=1))
+    crashed = (pod(0, state=PodState.FAILED, reason="OOMKilled"), pod(1))
+    stop = advance(status, world(status, pods=crashed))
+    assert stop.status.plan is not None
+    assert stop.status.plan.action is Action.RESTART_FROM_LATEST
+    assert stop.status.counters.restarts == 2
+    planning = advance(stop.status, world(stop.status))
+    early = advance(planning.status, world(planning.status, now=T0 + timedelta(seconds=1)))
+    assert early.status.phase is Phase.PLANNING, "backoff of 2 s for the second restart"
+    ready = advance(planning.status, world(planning.status, now=T0 + timedelta(seconds=3)))
+    assert ready.status.plan is not None
+    assert ready.status.plan.target_step == 50, "the newest checkpoint"
+    assert ready.status.plan.lr_scale == 1.0
+
+
+def test_pending_launches_attempt_zero() -> None:
+    status = StableTrainingJobStatus()
+    step = advance(status, world(status, previous_nodes=()))
+    assert step.status.phase is Phase.RUNNING
+    assert step.launch is not None
+    assert (step.launch.directives.attempt, step.launch.directives.generation) == (0, 1)
+    assert step.launch.directives.trip_on == ("NonFinite", "LossSpike")
+
+
+def test_suspend_stops_and_resume_relaunches_from_newest_checkpoint() -> None:
+    status = running()
+    suspended_spec = spec(suspend=True)
+    stopping = advance(status, world(status, spec=suspended_spec, pods=(pod(0), pod(1))))
+    assert stopping.status.phase is Phase.STOPPING
+    assert stopping.delete_pods == ("job-a0-0", "job-a0-1")
+    suspended = advance(stopping.status, world(stopping.status, spec=suspended_spec))
+    assert suspended.status.phase is Phase.SUSPENDED
+    planning = advance(suspended.status, world(suspended.status))
+    assert planning.status.phase is Phase.PLANNING
+    planned = advance(planning.status, world(planning.status))
+    assert planned.status.plan is not None
+    assert planned.status.plan.target_step == 50
+    relaunched = advance(planned.status, world(planned.status))
+    assert relaunched.status.counters == Counters(), "resuming spends no budget"
+    assert relaunched.status.rollback_history == ()
+
+
+@pytest.mark.parametrize("phase", [Phase.STOPPING, Phase.PLANNING, Phase.RELAUNCHING])
+def test_every_step_is_repeatable(phase: Phase) -> None:
+    """Advancing the same persisted status twice gives the same next status and effects:
+    an operator killed after a write and restarted repeats the step, not the action."""
+    status = running()
+    step = advance(status, world(status, pods=tripped_pods()))
+    while step.status.phase is not phase:
+        step = advance(step.status, world(step.status))
+    first = advance(step.status, world(step.status))
+    second = advance(step.status, world(step.status))
+    assert first.status == second.status
+    assert first.launch == second.launch
+    assert first.status.counters == step.status.counters
