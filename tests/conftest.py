@@ -6,7 +6,11 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["support.fixtures", "support.localnode.fixtures"]
+pytest_plugins = [
+    "support.fixtures",
+    "support.localnode.fixtures",
+    "support.operator_fixtures",
+]
 
 _MARK_BY_DIRECTORY = {"integration": pytest.mark.integration, "e2e": pytest.mark.e2e}
 
