@@ -91,7 +91,11 @@ def iter_attempt_dirs(root: Path) -> list[tuple[int, int, Path]]:
         step = parse_step(step_path.name)
         if step is None or not step_path.is_dir():
             continue
-        for attempt_path in step_path.iterdir():
+        try:
+            attempts = list(step_path.iterdir())
+        except FileNotFoundError:
+            continue  # retention removed it while we looked
+        for attempt_path in attempts:
             attempt = parse_attempt(attempt_path.name)
             if attempt is not None and attempt_path.is_dir():
                 found.append((step, attempt, attempt_path))

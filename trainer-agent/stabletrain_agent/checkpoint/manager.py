@@ -23,7 +23,7 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -45,6 +45,7 @@ from stabletrain_agent.checkpoint.atomic import (
 )
 from stabletrain_agent.checkpoint.commit import commit_copy
 from stabletrain_agent.checkpoint.fence import (
+    Fence,
     StaleAttemptError,
     advance_fence,
     check_not_stale,
@@ -73,6 +74,13 @@ from stabletrain_agent.contract import env
 from stabletrain_agent.contract.inventory import CheckpointRecord
 
 log = logging.getLogger(__name__)
+
+
+def _prune_empty(*directories: Path) -> None:
+    """Remove step and attempt directories retention emptied (a busy one is left alone)."""
+    for directory in directories:
+        with contextlib.suppress(OSError):
+            directory.rmdir()
 
 
 class _BackgroundWriter(FileSystemWriter):
@@ -129,7 +137,6 @@ class _Save:
     future: Future[Any]
     finisher: threading.Thread | None = None
     error: BaseException | None = None
-    started: float = field(default_factory=time.monotonic)
 
 
 class CheckpointManager:
@@ -289,20 +296,32 @@ class CheckpointManager:
         return None
 
     def _candidates(self, max_step: int | None) -> list[tuple[int, int]]:
+        """Every (step, attempt) any node can see, judged against every node's fence.
+
+        Nodes see different tiers (a wiped local disk, a PFS that one node cannot reach),
+        so both the keys and the recorded attempt starts are pooled before filtering: a
+        checkpoint one node knows to be abandoned is abandoned for all.
+        """
         fence = combined_fence([self.config.local_root, self.config.pfs_root])
         keys = {
-            key
-            for key in (
-                *scan_local(self.config.local_root, self.config.node, self._cache),
-                *self._pfs_keys(),
-            )
-            if fence.on_lineage(*key) and (max_step is None or key[0] <= max_step)
+            *scan_local(self.config.local_root, self.config.node, self._cache),
+            *self._pfs_keys(),
         }
         if self._distributed:
-            gathered: list[set[tuple[int, int]]] = [set() for _ in range(self.world_size)]
-            dist.all_gather_object(gathered, keys, group=self._world_group)
-            keys = set().union(*gathered)
-        return sorted(keys, reverse=True)
+            mine = (keys, fence.starts)
+            gathered: list[Any] = [None] * self.world_size
+            dist.all_gather_object(gathered, mine, group=self._world_group)
+            keys = set().union(*(theirs for theirs, _ in gathered))
+            starts = {start.attempt: start for _, seen in gathered for start in seen}
+            fence = Fence(starts=tuple(starts[a] for a in sorted(starts)))
+        return sorted(
+            (
+                key
+                for key in keys
+                if fence.on_lineage(*key) and (max_step is None or key[0] <= max_step)
+            ),
+            reverse=True,
+        )
 
     def _pfs_keys(self) -> list[tuple[int, int]]:
         try:
@@ -481,9 +500,9 @@ class CheckpointManager:
         ):
             if self.replicator is not None:
                 self.replicator.forget(step, attempt)
-            remove_tree_durable(
-                local_copy_dir(self.config.local_root, step, attempt), first=MANIFEST_NAME
-            )
+            copy = local_copy_dir(self.config.local_root, step, attempt)
+            remove_tree_durable(copy, first=MANIFEST_NAME)
+            _prune_empty(copy.parent)
         self._trim_pfs(protected)
 
     def _trim_pfs(self, protected: Sequence[tuple[int, int]]) -> None:
@@ -508,10 +527,9 @@ class CheckpointManager:
             protected=protected,
         ):
             try:
-                remove_tree_durable(
-                    pfs_part_dir(self.config.pfs_root, step, attempt, self.config.node),
-                    first=MANIFEST_NAME,
-                )
+                part = pfs_part_dir(self.config.pfs_root, step, attempt, self.config.node)
+                remove_tree_durable(part, first=MANIFEST_NAME)
+                _prune_empty(part.parent, part.parent.parent)
             except OSError as error:
                 log.warning("cannot trim PFS step %d: %s", step, error)
 
