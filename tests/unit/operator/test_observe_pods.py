@@ -1,0 +1,66 @@
+"""Pod status -> facts: trip reports from termination messages, garbage messages kept as
+text, OOM kills, deletions, foreign pods ignored."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from operator_builders import record, trip
+
+from stabletrain_agent.contract.trip import render_termination_message
+from stabletrain_operator.observe.pods import PodState, failure_evidence, pod_facts
+
+LABELS = {"stabletrain.dev/job": "job", "stabletrain.dev/attempt": "2", "stabletrain.dev/rank": "1"}
+
+
+def _pod(phase: str, terminated: dict[str, Any] | None = None, **meta: Any) -> dict[str, Any]:
+    statuses = [{"name": "trainer", "state": {"terminated": terminated}}] if terminated else []
+    return {
+        "metadata": {"name": "job-a2-1", "labels": LABELS, **meta},
+        "spec": {"nodeName": "node-b"},
+        "status": {"phase": phase, "podIP": "10.1.0.3", "containerStatuses": statuses},
+    }
+
+
+def test_trip_report_is_read_from_the_termination_message() -> None:
+    report = trip("node-b", attempt=2, records=(record(10), record(20, pfs=False)))
+    message = render_termination_message(report)
+    facts = pod_facts(_pod("Failed", {"exitCode": 1, "reason": "Error", "message": message}))
+    assert facts is not None
+    assert (facts.attempt, facts.rank, facts.state, facts.node) == (2, 1, PodState.FAILED, "node-b")
+    assert facts.trip == report
+
+
+def test_garbage_termination_message_is_kept_and_logged(caplog: pytest.LogCaptureFixture) -> None:
+    facts = pod_facts(_pod("Failed", {"exitCode": 1, "message": '{"signal": "LossSpike"'}))
+    assert facts is not None
+    assert facts.trip is None
+    assert facts.trip_error
+    assert "expected the agent's TripReport JSON" in caplog.text
+    assert "LossSpike" in failure_evidence(facts)
+
+
+def test_oom_kill_and_deletion() -> None:
+    oom = pod_facts(_pod("Failed", {"exitCode": 137, "reason": "OOMKilled"}))
+    assert oom is not None
+    assert oom.reason == "OOMKilled"
+    assert "OOMKilled with exit code 137" in failure_evidence(oom)
+    deleting = pod_facts(_pod("Running", deletionTimestamp="2026-01-01T00:00:00Z"))
+    assert deleting is not None
+    assert deleting.state is PodState.GONE
+    assert "deleted before it finished" in failure_evidence(deleting)
+
+
+def test_evicted_pod_reason_comes_from_pod_status() -> None:
+    pod = _pod("Failed")
+    pod["status"]["reason"] = "Evicted"
+    facts = pod_facts(pod)
+    assert facts is not None
+    assert facts.reason == "Evicted"
+
+
+def test_pods_without_our_labels_are_ignored() -> None:
+    pod = _pod("Running")
+    pod["metadata"]["labels"] = {"stabletrain.dev/job": "job"}
+    assert pod_facts(pod) is None

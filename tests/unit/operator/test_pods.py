@@ -1,0 +1,133 @@
+"""Pod, Service and ConfigMap construction: what torchrun and the agent get from the pod."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from operator_builders import spec
+
+from stabletrain_agent.contract import env
+from stabletrain_agent.contract.directives import parse_directives
+from stabletrain_operator import pods
+from stabletrain_operator.plan.directives import attempt_directives
+
+JOB = pods.JobRef("gpt", "team", "uid-1")
+
+
+def _env(pod: dict[str, Any]) -> dict[str, Any]:
+    return {
+        e["name"]: e.get("value", e.get("valueFrom")) for e in pod["spec"]["containers"][0]["env"]
+    }
+
+
+def test_pod_carries_torchrun_settings_and_the_agent_contract() -> None:
+    pod = pods.build_pod(spec(), JOB, attempt=3, rank=1)
+    variables = _env(pod)
+    assert pod["metadata"]["name"] == "gpt-a3-1"
+    assert variables["PET_NNODES"] == "2"
+    assert variables["PET_NODE_RANK"] == "1"
+    assert variables["PET_RDZV_ID"] == "gpt-3"
+    assert variables["PET_RDZV_ENDPOINT"] == "gpt-a3-0.gpt.team.svc:29400"
+    assert variables["PET_RDZV_CONF"] == "join_timeout=900,is_host=0"
+    assert variables["PET_LOCAL_ADDR"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+    assert variables[env.ATTEMPT] == "3"
+    assert variables[env.NODE_RANK] == "1"
+    assert variables[env.NODE_NAME] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    assert variables[env.DIRECTIVES_TOKEN] == {
+        "secretKeyRef": {"name": "gpt-token", "key": "token"}
+    }
+    assert variables[env.DIRECTIVES_PATH] == "/stabletrain/directives/directives.json"
+    assert pod["spec"]["hostname"] == "gpt-a3-1"
+    assert pod["spec"]["subdomain"] == "gpt"
+    assert pod["spec"]["restartPolicy"] == "Never"
+    labels = pod["metadata"]["labels"]
+    assert labels == {
+        "stabletrain.dev/job": "gpt",
+        "stabletrain.dev/attempt": "3",
+        "stabletrain.dev/rank": "1",
+    }
+    owner = pod["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["uid"], owner["controller"]) == (
+        "StableTrainingJob",
+        "uid-1",
+        True,
+    )
+    container = pod["spec"]["containers"][0]
+    assert container["terminationMessagePath"] == variables[env.TERMINATION_MESSAGE_PATH]
+    assert container["ports"] == [{"name": "st-agent", "containerPort": 9400, "protocol": "TCP"}]
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    assert volumes["stabletrain-local"]["hostPath"] == {
+        "path": "/nvme",
+        "type": "DirectoryOrCreate",
+    }
+    assert volumes["stabletrain-pfs"]["persistentVolumeClaim"] == {"claimName": "pfs"}
+    assert volumes["stabletrain-directives"]["configMap"] == {"name": "gpt-a3-directives"}
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert mounts["stabletrain-local"] == variables[env.LOCAL_CHECKPOINT_DIR]
+    assert mounts["stabletrain-pfs"] == variables[env.PFS_CHECKPOINT_DIR]
+    assert "affinity" not in pod["spec"]
+
+
+def test_rank_zero_hosts_the_rendezvous_store() -> None:
+    variables = _env(pods.build_pod(spec(), JOB, attempt=0, rank=0))
+    assert variables["PET_RDZV_CONF"].endswith("is_host=1")
+
+
+def test_relaunch_prefers_the_previous_node() -> None:
+    pod = pods.build_pod(spec(), JOB, attempt=1, rank=0, previous_node="node-b")
+    preferred = pod["spec"]["affinity"]["nodeAffinity"][
+        "preferredDuringSchedulingIgnoredDuringExecution"
+    ]
+    assert preferred == [
+        {
+            "weight": 100,
+            "preference": {
+                "matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-b"]}]
+            },
+        }
+    ]
+
+
+def test_user_env_and_template_survive_but_operator_values_win() -> None:
+    container = {
+        "name": "trainer",
+        "command": ["torchrun", "train.py"],
+        "env": [{"name": "MY_FLAG", "value": "1"}, {"name": "PET_NNODES", "value": "99"}],
+    }
+    template = {"metadata": {"labels": {"team": "nlp"}}, "spec": {"containers": [container]}}
+    job = spec(workers={"nodes": 2, "template": template})
+    pod = pods.build_pod(job, JOB, attempt=0, rank=0)
+    variables = _env(pod)
+    assert variables["MY_FLAG"] == "1"
+    assert variables["PET_NNODES"] == "2"
+    assert pod["metadata"]["labels"]["team"] == "nlp"
+    assert pod["spec"]["containers"][0]["command"] == ["torchrun", "train.py"]
+    assert template["spec"]["containers"][0]["env"][1]["value"] == "99", "template not mutated"
+
+
+def test_unknown_container_name_is_an_error_that_names_the_containers() -> None:
+    job = spec(workers={"nodes": 1, "containerName": "nope",
+                        "template": {"spec": {"containers": [{"name": "trainer"}]}}})  # fmt: skip
+    with pytest.raises(ValueError, match="trainer"):
+        pods.build_pod(job, JOB, attempt=0, rank=0)
+
+
+def test_service_is_headless_and_publishes_starting_pods() -> None:
+    service = pods.build_service(JOB)
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["publishNotReadyAddresses"] is True
+    assert service["spec"]["selector"] == {"stabletrain.dev/job": "gpt"}
+
+
+def test_directives_config_map_round_trips() -> None:
+    directives = attempt_directives(spec(), generation=4, attempt=2, resume_step=40,
+                                    lr_scale=0.25, rewarmup_steps=10, skip=())  # fmt: skip
+    config_map = pods.build_directives_config_map(JOB, directives)
+    assert config_map["metadata"]["name"] == "gpt-a2-directives"
+    assert parse_directives(config_map["data"][env.DIRECTIVES_FILE_KEY]) == directives
+    assert json.loads(config_map["data"][env.DIRECTIVES_FILE_KEY])["tripOn"] == [
+        "NonFinite",
+        "LossSpike",
+    ]
