@@ -10,7 +10,10 @@ from stabletrain_operator.policy.ledger import AlertEpisode, PolicyLedger, Rollb
 from stabletrain_operator.policy.observation import (
     Observation,
     ObservationSource,
+    finding_observation,
     manual_request,
+    scrape_observations,
+    trip_observation,
     worker_failure,
 )
 
@@ -26,8 +29,11 @@ __all__ = [
     "RollbackMemory",
     "decide",
     "evaluate",
+    "finding_observation",
     "manual_request",
     "record",
+    "scrape_observations",
+    "trip_observation",
     "trip_signals",
     "worker_failure",
 ]

@@ -7,11 +7,14 @@ recorded run reaches the same decisions as the live operator.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from stabletrain_agent.contract.channel import AgentStatus, FindingReport
 from stabletrain_agent.contract.directives import SkipRange
 from stabletrain_agent.contract.names import AnomalyClass, Signal
+from stabletrain_agent.contract.trip import TripReport
 
 
 class ObservationSource(StrEnum):
@@ -100,3 +103,61 @@ def manual_request(
         lr_factor=lr_factor,
         skip=skip,
     )
+
+
+def trip_observation(reports: Sequence[TripReport]) -> Observation:
+    """The trip reports of one attempt (every pod leaves one) as one observation.
+
+    The first report leads (the caller orders them, e.g. earliest onset first); the other
+    signals any pod saw firing at its trip step feed `whileFiring`.
+    """
+    if not reports:
+        raise ValueError("no trip report to observe")
+    lead = reports[0]
+    firing = tuple(
+        dict.fromkeys(s for report in reports for s in report.firing if s != lead.signal)
+    )
+    return Observation(
+        signal=lead.signal,
+        anomaly_class=lead.anomaly_class,
+        step=lead.step,
+        onset_step=lead.onset_step,
+        sustained=True,
+        tripped=True,
+        evidence=lead.evidence,
+        source=ObservationSource.TRIP_REPORT,
+        firing_with=firing,
+    )
+
+
+def finding_observation(
+    finding: FindingReport, *, step: int | None, firing_with: tuple[str, ...]
+) -> Observation:
+    """One finding of a pod's status endpoint: the run goes on while it fires."""
+    return Observation(
+        signal=finding.signal,
+        anomaly_class=finding.anomaly_class,
+        step=step,
+        onset_step=finding.onset_step,
+        sustained=finding.sustained,
+        tripped=False,
+        evidence=finding.evidence,
+        source=ObservationSource.SCRAPE,
+        firing_with=firing_with,
+    )
+
+
+def scrape_observations(statuses: Sequence[AgentStatus]) -> list[Observation]:
+    """Every signal firing in the pods' status endpoints, once per signal (node rank 0's
+    finding first: all ranks agree on the numbers, so one pod's view is enough)."""
+    seen: set[str] = set()
+    found: list[Observation] = []
+    for agent in sorted(statuses, key=lambda status: status.node_rank):
+        names = tuple(f.signal for f in agent.firing)
+        for finding in agent.firing:
+            if finding.signal in seen:
+                continue
+            seen.add(finding.signal)
+            others = tuple(name for name in names if name != finding.signal)
+            found.append(finding_observation(finding, step=agent.step, firing_with=others))
+    return found

@@ -3,8 +3,9 @@
 Nothing here re-implements detection or policy; it only models what the live system does
 around them:
 
-* A trip becomes a trip-report observation, other findings become scraped observations,
-  exactly as the operator sees them.
+* A trip becomes the trip report the agent's own `build_trip_report` writes, and other
+  findings the status endpoint's findings; both become observations through the same
+  converters the operator uses (`trip_observation`, `finding_observation`).
 * A recording of a run that was not healed keeps going where a live run would have
   stopped. After a Rollback or RestartFromLatest at step S the live run would have been
   relaunched from a checkpoint before S; what the recording shows of anomalies that
@@ -25,25 +26,31 @@ around them:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
+from stabletrain_agent.contract.channel import FindingReport
 from stabletrain_agent.contract.names import Action
+from stabletrain_agent.contract.trip import EVIDENCE_MAX
 from stabletrain_agent.signals.monitor import Finding, SignalMonitor, StepObservation, Verdict
+from stabletrain_agent.trip import build_trip_report
 from stabletrain_operator.cli.replay.history import MetricsHistory, MetricsRow
 from stabletrain_operator.cli.replay.policy_file import ReplayPolicy
 from stabletrain_operator.policy import (
     Decision,
     Observation,
-    ObservationSource,
     PolicyLedger,
     decide,
+    finding_observation,
     record,
+    trip_observation,
     trip_signals,
 )
 
 REPLAY_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 """Time zero of a replay; only differences matter (cooldowns)."""
+REPLAY_NODE = "replay"
+"""Node name in the trip reports replay builds (the report requires one)."""
 PROGRESS_EVERY = 20_000
 """Rows between progress reports: about a second of work, so long replays show life."""
 
@@ -160,7 +167,11 @@ class _Run:
         self._steps_since_start += 1
         baseline = self._monitor.snapshot().loss_baseline
         self.points.append(ReplayPoint(row.step, row.loss, baseline, self._attempt))
-        observations = _observations(verdict, self._last_stop_step)
+        if not verdict.findings:
+            return None
+        observations = _observations(
+            verdict, self._last_stop_step, self._monitor.last_good_step, self._attempt
+        )
         if not observations:
             return None
         decision = decide(
@@ -197,34 +208,49 @@ class _Run:
         return REPLAY_EPOCH + timedelta(seconds=self._elapsed)
 
 
-def _observations(verdict: Verdict, last_stop_step: int | None) -> list[Observation]:
-    """What the operator would see at this step: a trip report if the agent tripped (the run
-    stops, so nothing is scraped), otherwise every finding in the status endpoint; none of
+def _observations(
+    verdict: Verdict, last_stop_step: int | None, last_good_step: int | None, attempt: int
+) -> list[Observation]:
+    """What the operator would see at this step, through the live channels: the trip
+    report the agent's own `build_trip_report` writes if it tripped (the run stops, so
+    nothing is scraped), otherwise each finding as the status endpoint reports it; none of
     the findings that began before the last stop."""
 
     def new(finding: Finding) -> bool:
         return last_stop_step is None or finding.onset_step > last_stop_step
 
-    live = [f for f in verdict.findings if new(f)]
-    tripping = [f for f in verdict.tripping if new(f)]
+    live = tuple(f for f in verdict.findings if new(f))
+    tripping = tuple(f for f in verdict.tripping if new(f))
     if tripping:
-        first = tripping[0]
-        others = tuple(f.signal for f in live if f is not first)
-        return [_observation(first, verdict.step, ObservationSource.TRIP_REPORT, others)]
-    return [_observation(f, verdict.step, ObservationSource.SCRAPE, ()) for f in live]
+        report = build_trip_report(
+            replace(verdict, findings=live, tripping=tripping),
+            attempt=attempt,
+            node=REPLAY_NODE,
+            last_good_step=last_good_step,
+            inventory=(),
+            lineage_path="",
+        )
+        return [trip_observation([report])]
+    names = tuple(f.signal for f in live)
+    return [
+        finding_observation(
+            _finding_report(f),
+            step=verdict.step,
+            firing_with=tuple(name for name in names if name != f.signal),
+        )
+        for f in live
+    ]
 
 
-def _observation(
-    finding: Finding, step: int, source: ObservationSource, firing_with: tuple[str, ...]
-) -> Observation:
-    return Observation(
+def _finding_report(finding: Finding) -> FindingReport:
+    """The finding as the agent's status endpoint serialises it (evidence bounded)."""
+    return FindingReport(
         signal=finding.signal,
         anomaly_class=finding.anomaly_class,
-        step=step,
+        value=finding.value,
+        threshold=finding.threshold,
         onset_step=finding.onset_step,
+        consecutive=finding.consecutive,
         sustained=finding.sustained,
-        tripped=source is ObservationSource.TRIP_REPORT,
-        evidence=finding.evidence,
-        source=source,
-        firing_with=firing_with,
+        evidence=finding.evidence[:EVIDENCE_MAX],
     )
