@@ -120,8 +120,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             from stabletrain_operator.cli.replay_command import run_replay  # noqa: PLC0415
 
             return run_replay(args, sys.stdout, sys.stderr)
-        from stabletrain_operator.cli.cluster_commands import run_cluster_command  # noqa: PLC0415
-
+        try:
+            from stabletrain_operator.cli.cluster_commands import (  # noqa: PLC0415
+                run_cluster_command,
+            )
+        except ModuleNotFoundError as missing:
+            raise CliError(
+                f"{args.command} needs the Kubernetes client ({missing.name} is not "
+                "installed): pip install 'stabletrain[operator]'"
+            ) from None
         return run_cluster_command(args, sys.stdout, sys.stderr)
     except CliError as error:
         print(f"{PROG}: error: {error}", file=sys.stderr)

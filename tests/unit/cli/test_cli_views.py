@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import re
+import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -14,6 +15,7 @@ from stabletrain_operator.api.constants import Phase
 from stabletrain_operator.api.spec import NAME_PATTERN
 from stabletrain_operator.cli.control import new_request_id, phase_is, wait_for
 from stabletrain_operator.cli.errors import CliError
+from stabletrain_operator.cli.main import main
 from stabletrain_operator.cli.table import age, render_table
 from stabletrain_operator.cli.views import job_details, job_status, jobs_table
 
@@ -161,3 +163,15 @@ def test_details_say_when_suspend_is_not_carried_out_yet(
     subject = job("a", {"phase": phase})
     subject["spec"] = {"suspend": suspend}
     assert shown in job_details(subject, now=NOW)
+
+
+def test_cluster_commands_without_the_kubernetes_client_say_what_to_install(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delitem(sys.modules, "stabletrain_operator.cli.cluster_commands", raising=False)
+    monkeypatch.delitem(sys.modules, "stabletrain_operator.cli.cluster", raising=False)
+    monkeypatch.setitem(sys.modules, "kubernetes", None)
+    assert main(["status"]) == 1
+    err = capsys.readouterr().err
+    assert "status needs the Kubernetes client (kubernetes is not installed)" in err
+    assert "pip install 'stabletrain[operator]'" in err
