@@ -1,9 +1,10 @@
-"""Planned crash points: prove that a rollback survives the operator dying at any step.
+"""Planned crash points: prove that an action survives the operator dying at any step.
 
-When STABLETRAIN_OPERATOR_CRASH_AFTER names a phase, the process SIGKILLs itself right
-after the status write that entered that phase (before any effect that follows the write),
-once: the marker file named by STABLETRAIN_OPERATOR_CRASH_MARKER is created first, so the
-restarted operator runs on. Unset (always, outside tests) it does nothing.
+STABLETRAIN_OPERATOR_CRASH_AFTER names phases (comma-separated); right after the status
+write that enters one of them (before any effect that follows the write) the process
+SIGKILLs itself, once per phase: a marker file per phase in the directory named by
+STABLETRAIN_OPERATOR_CRASH_MARKERS is created first, so the restarted operator runs on.
+Unset (always, outside tests) it does nothing.
 """
 
 from __future__ import annotations
@@ -14,17 +15,18 @@ import signal
 from pathlib import Path
 
 CRASH_AFTER_ENV = "STABLETRAIN_OPERATOR_CRASH_AFTER"
-CRASH_MARKER_ENV = "STABLETRAIN_OPERATOR_CRASH_MARKER"
+CRASH_MARKERS_ENV = "STABLETRAIN_OPERATOR_CRASH_MARKERS"
 
 _log = logging.getLogger(__name__)
 
 
 def maybe_crash_after(phase: str) -> None:
-    if os.environ.get(CRASH_AFTER_ENV) != phase:
+    planned = {p.strip() for p in os.environ.get(CRASH_AFTER_ENV, "").split(",") if p.strip()}
+    markers = os.environ.get(CRASH_MARKERS_ENV)
+    if phase not in planned or not markers:
         return
-    marker = Path(os.environ.get(CRASH_MARKER_ENV, "/tmp/stabletrain-operator-crashed"))
     try:
-        marker.touch(exist_ok=False)
+        (Path(markers) / phase).touch(exist_ok=False)
     except FileExistsError:
         return
     _log.warning("planned crash point: SIGKILL after the status write entering %s", phase)

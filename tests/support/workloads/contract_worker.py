@@ -8,6 +8,7 @@ curve, so operator tests run in seconds with every fault chosen exactly:
 - ST_NAN_AT: the loss is NaN from this step on (attempt ST_FAULT_ATTEMPT only, default 0)
 - ST_SPIKE_AT/ST_SPIKE_LEN/ST_SPIKE_FACTOR: the data of these steps spikes the loss, unless
   the directives skip them (what a poisoned shard does)
+- ST_TRANSIENT_AT: a two-step loss blip at this step (shorter than any sustained rule)
 - ST_GRAD_SPIKE_AT/ST_GRAD_SPIKE_LEN: a report-only grad-norm spike
 - ST_NO_PFS_STEPS: comma-separated save steps whose PFS copy is never written
 
@@ -94,6 +95,7 @@ def main() -> int:
     spike_at, spike_len = _int("ST_SPIKE_AT", -1), _int("ST_SPIKE_LEN", 0)
     spike_factor = float(os.environ.get("ST_SPIKE_FACTOR", "3.0"))
     grad_at, grad_len = _int("ST_GRAD_SPIKE_AT", -1), _int("ST_GRAD_SPIKE_LEN", 0)
+    transient_at = _int("ST_TRANSIENT_AT", -1)
     no_pfs = {int(s) for s in os.environ.get("ST_NO_PFS_STEPS", "").split(",") if s}
 
     source = DirectiveSource.from_env()
@@ -123,6 +125,8 @@ def main() -> int:
             loss = 1.0 + 2.0 * math.exp(-step / 50.0) + 0.01 * math.sin(step)
             grad_norm = 1.0 + 0.01 * math.cos(step)
             if spike_at <= step < spike_at + spike_len and not _in_skip(step, applied.skip):
+                loss *= spike_factor
+            if transient_at <= step < transient_at + 2:
                 loss *= spike_factor
             if faulty and nan_at >= 0 and step >= nan_at:
                 loss = float("nan")
