@@ -1,6 +1,9 @@
 # syntax=docker/dockerfile:1
 # The operator image: kopf plus stabletrain's operator extra, no torch, running as a
-# non-root user on a read-only root file system (the chart mounts /tmp).
+# non-root user on a read-only root file system (the chart mounts /tmp). It runs the
+# operator's entry point, `python -m stabletrain_operator`: kopf.run with the handlers of
+# stabletrain_operator.main (what `kopf run -m stabletrain_operator.main` loads) plus the
+# operator's Prometheus endpoint, which plain `kopf run` would not start.
 #
 #   docker build -t <registry>/stabletrain-operator:0.1.0 .
 #
@@ -25,7 +28,7 @@ COPY --from=wheel /wheels /wheels
 # The same path as in the final stage: a virtualenv's scripts name their interpreter by path.
 RUN python -m venv /opt/stabletrain \
     && /opt/stabletrain/bin/pip install --no-compile --find-links /wheels "stabletrain[operator]" \
-    && /opt/stabletrain/bin/python -c "import kopf, stabletrain_operator" \
+    && /opt/stabletrain/bin/python -c "import kopf, stabletrain_operator.main" \
     && if /opt/stabletrain/bin/python -c "import torch" 2>/dev/null; then \
          echo "torch must not be in the operator image" >&2; exit 1; fi
 
@@ -45,8 +48,7 @@ USER 65532:65532
 WORKDIR /tmp
 # 8080: kopf's liveness endpoint (/healthz); 9090: the operator's Prometheus metrics.
 EXPOSE 8080 9090
-# The chart passes its own arguments (namespaces, peering, ports); these are the defaults
-# for a plain `docker run` against the current kubeconfig context.
-ENTRYPOINT ["kopf"]
-CMD ["run", "--module=stabletrain_operator.main", "--all-namespaces", "--standalone", \
-     "--liveness=http://0.0.0.0:8080/healthz"]
+# Without arguments: every namespace, standalone (no peering). The chart passes its own
+# (--namespace, --peering, --metrics-port, --liveness).
+ENTRYPOINT ["python", "-m", "stabletrain_operator"]
+CMD ["--metrics-port=9090", "--liveness=http://0.0.0.0:8080/healthz"]
