@@ -75,3 +75,51 @@ def test_both_copies_damaged_falls_back_to_the_older_checkpoint(tiers: tuple[Pat
     assert (result.step, result.source) == (10, "local")  # type: ignore[attr-defined]
     assert len(result.rejected) == 2  # type: ignore[attr-defined]
     assert matches(holder, reference(10))
+
+
+def test_fallback_skips_unstable_for_a_rollback_and_never_restores_spike_markers(
+    tmp_path: Path,
+) -> None:
+    local, pfs = tmp_path / "local", tmp_path / "pfs"
+    pfs.mkdir()
+    holder = Holder(reference(0))
+    manager = CheckpointManager(
+        CheckpointConfig(local, pfs, 1, "n0", keep_local=5), {"app": holder}
+    )
+    try:
+        manager.restore()
+        for step, stable, marker in (
+            (10, True, False),
+            (20, False, False),
+            (30, True, False),
+            (40, False, True),
+        ):
+            holder.state = reference(step)
+            manager.save(step, stable=stable, spike_marker=marker)
+        manager.wait()
+        assert not manager.flush(30).timed_out
+    finally:
+        manager.close()
+    flip_a_byte(local_copy_dir(local, 30, 1))
+    flip_a_byte(pfs_part_dir(pfs, 30, 1, "n0"))
+
+    restart = empty_app()
+    manager = CheckpointManager(CheckpointConfig(local, pfs, 2, "n0"), {"app": restart})
+    try:
+        result = manager.restore()
+    finally:
+        manager.close()
+    assert result is not None
+    assert result.step == 20  # 40 is a spike marker, 30 is damaged on both tiers
+    assert len(result.rejected) == 2  # step 30's local copy and PFS part, each named
+    assert matches(restart, reference(20))
+
+    rollback = empty_app()
+    manager = CheckpointManager(CheckpointConfig(local, pfs, 3, "n0"), {"app": rollback})
+    try:
+        result = manager.restore(max_step=35, stable_only=True)
+    finally:
+        manager.close()
+    assert result is not None
+    assert result.step == 10  # 20 was not stable
+    assert matches(rollback, reference(10))

@@ -65,7 +65,11 @@ from stabletrain_agent.checkpoint.layout import (
     pfs_part_dir,
     step_dir,
 )
-from stabletrain_agent.checkpoint.manifest import CheckpointCorruptError, verify_copy
+from stabletrain_agent.checkpoint.manifest import (
+    CheckpointCorruptError,
+    CopyManifest,
+    verify_copy,
+)
 from stabletrain_agent.checkpoint.priority import lower_current_thread_priority
 from stabletrain_agent.checkpoint.replicate import FlushResult, PfsCondition, Replicator
 from stabletrain_agent.checkpoint.retention import RetentionItem, plan_deletions
@@ -275,15 +279,29 @@ class CheckpointManager:
 
     # -------------------------------------------------------------- restore
 
-    def restore(self, max_step: int | None = None) -> RestoreResult | None:
+    def restore(
+        self, max_step: int | None = None, *, stable_only: bool = False
+    ) -> RestoreResult | None:
         """Load the newest restorable checkpoint at or below `max_step` and start the attempt.
+
+        Spike markers are evidence, never restored.  A rollback passes `stable_only` so
+        that falling back past a damaged target never lands on a checkpoint saved while
+        the run was already unhealthy; a restart after an infrastructure failure takes the
+        newest checkpoint whatever its verdict.
 
         Each node prefers its verified local copy, else re-seeds it from its verified PFS
         part; if any node can do neither, every rank moves on to the next older candidate
         together.  None means nothing restorable exists: the run starts fresh from step 0.
         """
-        rejected: list[str] = []
-        for step, attempt in self._candidates(max_step):
+        problems: dict[tuple[int, int], list[str]] = {}
+        candidates = self._candidates(max_step, stable_only, problems)
+        rejected = [
+            problem
+            for key in sorted(set(problems) - set(candidates), reverse=True)
+            if max_step is None or key[0] <= max_step
+            for problem in problems[key]
+        ]
+        for step, attempt in candidates:
             source = self._prepare_copy(step, attempt, rejected) if self.is_node_leader else None
             if not self._all_ranks_agree(source is not None or not self.is_node_leader):
                 continue
@@ -295,7 +313,12 @@ class CheckpointManager:
         self._begin(0)
         return None
 
-    def _candidates(self, max_step: int | None) -> list[tuple[int, int]]:
+    def _candidates(
+        self,
+        max_step: int | None,
+        stable_only: bool,
+        problems: dict[tuple[int, int], list[str]],
+    ) -> list[tuple[int, int]]:
         """Every (step, attempt) any node can see, judged against every node's fence.
 
         Nodes see different tiers (a wiped local disk, a PFS that one node cannot reach),
@@ -303,9 +326,11 @@ class CheckpointManager:
         checkpoint one node knows to be abandoned is abandoned for all.
         """
         fence = combined_fence([self.config.local_root, self.config.pfs_root])
+        manifests = self._known_manifests(problems)
         keys = {
-            *scan_local(self.config.local_root, self.config.node, self._cache),
-            *self._pfs_keys(),
+            key
+            for key, manifest in manifests.items()
+            if not manifest.spike_marker and (manifest.stable or not stable_only)
         }
         if self._distributed:
             mine = (keys, fence.starts)
@@ -323,11 +348,26 @@ class CheckpointManager:
             reverse=True,
         )
 
-    def _pfs_keys(self) -> list[tuple[int, int]]:
-        try:
-            return list(scan_pfs(self.config.pfs_root, self._cache))
-        except OSError:
-            return []
+    def _known_manifests(
+        self, problems: dict[tuple[int, int], list[str]]
+    ) -> dict[tuple[int, int], CopyManifest]:
+        """A verified manifest for every checkpoint this node can see on either tier; the
+        problems of copies that do not verify are collected for the restore report."""
+        found: dict[tuple[int, int], CopyManifest] = {}
+        with contextlib.suppress(OSError):
+            for key, pfs_check in scan_pfs(self.config.pfs_root, self._cache).items():
+                part = pfs_check.parts.get(self.config.node)
+                if part is not None and part.manifest is not None:
+                    found[key] = part.manifest
+                elif part is not None and part.problem is not None:
+                    problems.setdefault(key, []).append(part.problem)
+        local = scan_local(self.config.local_root, self.config.node, self._cache)
+        for key, check in local.items():
+            if check.manifest is not None:
+                found[key] = check.manifest
+            elif check.problem is not None:
+                problems.setdefault(key, []).append(check.problem)
+        return found
 
     def _prepare_copy(
         self, step: int, attempt: int, rejected: list[str]
