@@ -19,7 +19,7 @@ import pytest
 
 from stabletrain_agent.contract import env
 from stabletrain_agent.contract.detection import DetectionConfig, NonFiniteConfig
-from stabletrain_agent.contract.directives import Directives
+from stabletrain_agent.contract.directives import Directives, SkipRange, SkipUnit
 from stabletrain_agent.contract.inventory import CopyFlags
 from stabletrain_agent.contract.names import Signal
 from stabletrain_agent.contract.trip import parse_termination_message
@@ -36,18 +36,21 @@ LIVE_DIRECTIVE_BOUND_SECONDS = 2.0
 
 
 class Job:
-    """One torchrun job with its log directory and environment."""
+    """One torchrun job: its own logs and termination message, storage shared by attempts."""
 
-    def __init__(self, tmp_path: Path, directives: Directives, **extra_env: str) -> None:
-        self.tmp_path = tmp_path
-        self.log_dir = tmp_path / "logs"
-        self.log_dir.mkdir()
-        self.termination = tmp_path / "termination-log"
-        self.lineage = tmp_path / "pfs" / "lineage"
+    def __init__(
+        self, root: Path, directives: Directives, storage: Path | None = None, **extra_env: str
+    ) -> None:
+        self.tmp_path = root
+        self.log_dir = root / "logs"
+        self.log_dir.mkdir(parents=True)
+        storage = storage or root
+        self.termination = root / "termination-log"
+        self.lineage = storage / "pfs" / "lineage"
         self.agent_port = free_port()
         # The PFS tier is a mount in a pod: the manager refuses to create it.
-        (tmp_path / "pfs" / "checkpoints").mkdir(parents=True)
-        directives_file = tmp_path / "directives.json"
+        (storage / "pfs" / "checkpoints").mkdir(parents=True, exist_ok=True)
+        directives_file = root / "directives.json"
         directives_file.write_text(directives.to_json())
         self.env = {
             **os.environ,
@@ -57,7 +60,7 @@ class Job:
             "GLOO_SOCKET_IFNAME": "lo",
             "OMP_NUM_THREADS": "1",
             "ST_TEST_LOG_DIR": str(self.log_dir),
-            env.ATTEMPT: "0",
+            env.ATTEMPT: str(directives.attempt),
             env.NODE_NAME: "node-a",
             env.DIRECTIVES_PATH: str(directives_file),
             env.DIRECTIVES_TOKEN: TOKEN,
@@ -65,8 +68,8 @@ class Job:
             env.AGENT_BIND_ADDRESS: "127.0.0.1",
             env.TERMINATION_MESSAGE_PATH: str(self.termination),
             env.LINEAGE_DIR: str(self.lineage),
-            env.LOCAL_CHECKPOINT_DIR: str(tmp_path / "local"),
-            env.PFS_CHECKPOINT_DIR: str(tmp_path / "pfs" / "checkpoints"),
+            env.LOCAL_CHECKPOINT_DIR: str(storage / "local"),
+            env.PFS_CHECKPOINT_DIR: str(storage / "pfs" / "checkpoints"),
             **extra_env,
         }
 
@@ -230,3 +233,44 @@ def test_live_reduce_lr_takes_effect_on_both_ranks_at_the_same_step(
     latency = max(r["time"] for r in first_scaled.values()) - put_at
     print(f"live ReduceLR: PUT to first scaled step {first_scaled[0]['step']}: {latency:.3f} s")
     assert latency < LIVE_DIRECTIVE_BOUND_SECONDS
+
+
+def test_a_rollback_attempt_resumes_with_scaled_ramped_lr_and_skips_the_data(
+    tmp_path: Path, torchrun: list[ManagedProcess]
+) -> None:
+    storage = tmp_path / "storage"
+    first = Job(
+        tmp_path / "attempt-0",
+        Directives(generation=1, attempt=0),
+        storage,
+        ST_TEST_STEPS="6",
+        ST_TEST_CHECKPOINT_EVERY="2",
+    )
+    assert wait_exit(start(torchrun, first)) == 0, torchrun[-1].log_tail()
+    rollback = Directives(
+        generation=2,
+        attempt=1,
+        resume_step=4,
+        lr_scale=0.5,
+        rewarmup_steps=2,
+        skip=(SkipRange(first=5, last=6, unit=SkipUnit.STEP),),
+    )
+    second = Job(
+        tmp_path / "attempt-1", rollback, storage, ST_TEST_STEPS="4", ST_TEST_CHECKPOINT_EVERY="2"
+    )
+    assert wait_exit(start(torchrun, second)) == 0, torchrun[-1].log_tail()
+
+    for rank in (0, 1):
+        before, after = first.records(rank), second.records(rank)
+        assert [r["step"] for r in after] == [5, 6, 7, 8]
+        # The scheduler resumed where step 4 left it; the guard scales and ramps on top.
+        assert [r["scheduled_lr"] for r in after] == pytest.approx(
+            [0.05 / (1 + 0.01 * (step - 1)) for step in (5, 6, 7, 8)], rel=1e-6
+        )
+        ratios = [r["used_lr"] / r["scheduled_lr"] for r in after]
+        assert ratios == pytest.approx([0.25, 0.5, 0.5, 0.5], rel=1e-3)
+        # Steps 5 and 6 of the tripped attempt read batches 4 and 5: never again.
+        skipped = {r["batch"]: r["ranges"] for r in before if r["step"] in (5, 6)}
+        assert sorted(skipped) == [4, 5]
+        assert [r["batch"] for r in after] == [6, 7, 8, 9]
+        assert not any(r["ranges"] in skipped.values() for r in after)

@@ -26,6 +26,7 @@ step, leaves the trip report for the operator and exits non-zero.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import socket
@@ -238,14 +239,19 @@ class Guard:
         return verdict
 
     def state_dict(self) -> dict[str, Any]:
-        """Everything to resume exactly: step, monitor baselines, data cursor, LR state."""
+        """Everything to resume exactly: step, monitor baselines, data cursor, LR state.
+
+        The variable-length parts travel as JSON strings: torch.distributed.checkpoint
+        flattens nested containers into keys and loads by the keys a fresh guard has, so a
+        monitor history of another length would not load.
+        """
         return {
             "version": STATE_VERSION,
             "global_step": self.global_step,
             "skipped_steps": self.skipped_steps,
-            "monitor": self.monitor.state_dict(),
-            "lr": self.lr.state_dict(),
-            "data": self.data.state_dict() if self.data is not None else None,
+            "monitor": json.dumps(self.monitor.state_dict()),
+            "lr": json.dumps(self.lr.state_dict()),
+            "data": json.dumps(self.data.state_dict() if self.data is not None else None),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -255,14 +261,15 @@ class Guard:
                 f"guard state has version {state.get('version')!r}; this agent reads "
                 f"version {STATE_VERSION}"
             )
-        if self.data is not None and state["data"] is None:
+        data = json.loads(state["data"])
+        if self.data is not None and data is None:
             raise ValueError("the checkpoint has no data cursor but this guard has a data helper")
         self.global_step = int(state["global_step"])
         self.skipped_steps = int(state["skipped_steps"])
-        self.monitor.load_state_dict(state["monitor"])
-        self.lr.load_state_dict(state["lr"])
+        self.monitor.load_state_dict(json.loads(state["monitor"]))
+        self.lr.load_state_dict(json.loads(state["lr"]))
         if self.data is not None:
-            self.data.load_state_dict(state["data"])
+            self.data.load_state_dict(data)
         self._lineage_written.clear()
         self._steps_since_start = 0
         if self.applied is not None:

@@ -5,10 +5,13 @@ step, the LR the optimizer really used (read back from the SGD update, outside t
 the directive generation in force, the host syncs inside ``guard.step`` (counted by
 wrapping Tensor's sync points), whether every parameter is finite, and the wall time.
 Faults come from the environment: ``ST_TEST_NAN_STEP``/``ST_TEST_NAN_RANK`` poison the loss.
+With ``ST_TEST_CHECKPOINT_EVERY`` the real CheckpointManager saves model, optimizer,
+scheduler and guard, and restores the directives' resume step at start.
 """
 
 from __future__ import annotations
 
+import faulthandler
 import importlib.util
 import json
 import os
@@ -76,6 +79,8 @@ def read(shard_id: str, start: int, stop: int) -> torch.Tensor:
 
 
 def main() -> None:
+    # A hung worker is killed by the test's timeout (120 s); leave its stacks in the log first.
+    faulthandler.dump_traceback_later(100)
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     log = Path(os.environ["ST_TEST_LOG_DIR"]) / f"rank-{rank}.jsonl"
@@ -109,7 +114,9 @@ def main() -> None:
             {"scheduler": scheduler},
         )
         guard.checkpoints = manager
-        assert manager.restore() is None
+        resume_step = guard.applied.resume_step if guard.applied else None
+        restored = manager.restore(max_step=resume_step)
+        assert (restored.step if restored else None) == resume_step, restored
     syncs = Syncs()
     generation_seen_at: int | None = None
     try:
@@ -138,8 +145,11 @@ def main() -> None:
                     ]
                 )
                 used_lr = float(-(delta @ grads) / (grads @ grads))
+                assert batches.last_lineage is not None
                 record = {
                     "step": guard.global_step,
+                    "batch": batches.last_lineage.batch_index,
+                    "ranges": [[r.shard_id, r.start, r.stop] for r in batches.last_lineage.ranges],
                     "time": time.time(),
                     "scheduled_lr": scheduled_lr,
                     "used_lr": used_lr,
@@ -154,6 +164,9 @@ def main() -> None:
                     if step - generation_seen_at >= 5:
                         break
                 time.sleep(step_sleep)
+        if manager is not None:
+            manager.wait()
+            manager.flush(30.0)
     except TrainingTripped as tripped:
         with log.open("a", encoding="utf-8") as out:
             finite = all(bool(torch.isfinite(p).all()) for p in model.parameters())
