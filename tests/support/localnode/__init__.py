@@ -4,6 +4,6 @@ Test and demo support, not a product feature; see docs/local-node.md.
 """
 
 from support.localnode.cluster import LocalCluster
-from support.localnode.pod_worker import Backoff
+from support.localnode.context import Backoff
 
 __all__ = ["Backoff", "LocalCluster"]

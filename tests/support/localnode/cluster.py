@@ -22,13 +22,14 @@ from types import TracebackType
 
 from kubernetes import client
 
-from support.localnode.api import ApiError, Json, RawApi, pod_path
+from support.localnode.api import Json, RawApi, pod_path
+from support.localnode.binder import Binder
+from support.localnode.context import Backoff, NodeContext
 from support.localnode.hosts import Endpoint, headless_endpoints
 from support.localnode.network import ClusterNetwork
 from support.localnode.node import NODE_LABEL, NodeAgent
-from support.localnode.pod_worker import TERMINAL_PHASES, Backoff, NodeContext, PodWorker
+from support.localnode.pod_worker import PodWorker
 from support.localnode.registry import CREATED
-from support.localnode.scheduler import choose_node
 from support.localnode.sweep import kill_marked
 from support.localnode.volumes import Storage
 
@@ -101,7 +102,7 @@ class LocalCluster:
         self._lost: set[str] = set()
         self._workers: dict[str, tuple[str, PodWorker]] = {}
         self._retired: set[str] = set()
-        self._unschedulable: dict[str, str] = {}
+        self._binder = Binder(self.api)
         self._endpoints = _EndpointBook()
         self._lock = threading.RLock()
         self._stop = threading.Event()
@@ -247,54 +248,8 @@ class LocalCluster:
         live = [n for n in nodes if n["metadata"]["name"] in self._contexts]
         live = [n for n in live if n["metadata"]["name"] not in self._lost]
         pods = self.api.items("/api/v1/pods")
-        self._schedule(pods, live)
+        self._binder.schedule(pods, live)
         self._dispatch(pods)
-
-    def _schedule(self, pods: list[Json], nodes: list[Json]) -> None:
-        per_node: dict[str, int] = {}
-        for pod in pods:
-            node = pod["spec"].get("nodeName")
-            if node and (pod.get("status") or {}).get("phase") not in TERMINAL_PHASES:
-                per_node[node] = per_node.get(node, 0) + 1
-        for pod in pods:
-            spec, metadata = pod["spec"], pod["metadata"]
-            wants_us = spec.get("schedulerName", "default-scheduler") == "default-scheduler"
-            if spec.get("nodeName") or metadata.get("deletionTimestamp") or not wants_us:
-                continue
-            chosen, why = choose_node(pod, nodes, per_node)
-            if chosen is None:
-                self._report_unschedulable(pod, why)
-                continue
-            self._bind(pod, chosen)
-            per_node[chosen] = per_node.get(chosen, 0) + 1
-
-    def _bind(self, pod: Json, node: str) -> None:
-        metadata = pod["metadata"]
-        binding = {
-            "apiVersion": "v1", "kind": "Binding",
-            "metadata": {"name": metadata["name"], "uid": metadata["uid"]},
-            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
-        }  # fmt: skip
-        try:
-            self.api.post(pod_path(metadata["namespace"], metadata["name"]) + "/binding", binding)
-        except ApiError as error:
-            log.warning("binding %s to %s failed: %s", metadata["name"], node, error)
-        self._unschedulable.pop(metadata["uid"], None)
-
-    def _report_unschedulable(self, pod: Json, why: str) -> None:
-        metadata = pod["metadata"]
-        if self._unschedulable.get(metadata["uid"]) == why:
-            return
-        self._unschedulable[metadata["uid"]] = why
-        condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-                     "message": why}  # fmt: skip
-        with contextlib.suppress(ApiError):
-            self.api.request(
-                "PATCH",
-                pod_path(metadata["namespace"], metadata["name"]) + "/status",
-                {"status": {"conditions": [condition]}},
-                content_type="application/strategic-merge-patch+json",
-            )
 
     def _dispatch(self, pods: list[Json]) -> None:
         seen = set()

@@ -13,6 +13,7 @@ import datetime
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ FALLBACK_LOG_LINES = 80
 FALLBACK_LOG_BYTES = 2048
 DEFAULT_TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 INIT_SCRIPT = Path(__file__).with_name("container_init.py")
+KILL_RELAY_SECONDS = 5.0
 
 
 def now() -> str:
@@ -162,8 +164,14 @@ class ContainerRun:
             os.killpg(self.pid, signum)
 
     def kill(self) -> None:
-        """SIGKILL to the container's session, to nsenter, and to every marked process."""
+        """SIGKILL to the container's session and every other marked process but nsenter,
+        which then reaps the main process and relays its death; nsenter itself only if it
+        does not. (Killed first, nsenter would leave the main process a zombie of the pod's
+        PID 1, which never reaps.)"""
         self.signal(signal.SIGKILL)
-        kill_marked(self.marker)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGKILL)
+        kill_marked(self.marker, spare=frozenset({self.process.pid}))
+        try:
+            self.process.popen.wait(timeout=KILL_RELAY_SECONDS)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)

@@ -15,24 +15,22 @@ import shutil
 import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
-from support.localnode.api import ApiError, Json, RawApi, pod_path
+from support.localnode.api import ApiError, Json, pod_path
 from support.localnode.container import ContainerRun, Mount, now
+from support.localnode.context import NodeContext
 from support.localnode.env import container_argv, container_env, expand
-from support.localnode.hosts import Endpoint
 from support.localnode.namespaces import MARKER_ENV
-from support.localnode.network import ClusterNetwork
 from support.localnode.sandbox import PodSandbox
 from support.localnode.sources import PodConfigError
-from support.localnode.status import ContainerView, pod_status
+from support.localnode.status import TERMINAL_PHASES, ContainerView, pod_status
 from support.localnode.sweep import kill_marked
-from support.localnode.volumes import PodVolumes, Storage
+from support.localnode.volumes import PodVolumes
 
 log = logging.getLogger(__name__)
 
@@ -42,43 +40,10 @@ CONFIG_RETRY_SECONDS = 1.0
 GONE_GRACE_SECONDS = 2.0
 """A pod deleted behind the node's back (force delete) still gets a short SIGTERM window."""
 DEFAULT_GRACE_SECONDS = 30
-TERMINAL_PHASES = ("Succeeded", "Failed")
 NO_RESTART = "Never"
 """The restart policy that applies while a pod is being stopped, whatever its own."""
 UNSUPPORTED_POD_FIELDS = ("initContainers", "ephemeralContainers")
 """Refused with a message in the container's waiting state rather than silently skipped."""
-
-
-@dataclass(frozen=True)
-class Backoff:
-    initial: float = 1.0
-    maximum: float = 10.0
-
-    def delay(self, restarts: int) -> float:
-        return float(min(self.maximum, self.initial * 2 ** max(0, restarts - 1)))
-
-
-@dataclass
-class NodeContext:
-    """What every pod worker of one node shares."""
-
-    api: RawApi
-    node_name: str
-    host_ip: str
-    network: ClusterNetwork
-    storage: Storage
-    marker: str
-    endpoints: Callable[[], tuple[int, Sequence[Endpoint]]]
-    base_env: dict[str, str]
-    backoff: Backoff = field(default_factory=Backoff)
-
-    @property
-    def pods_dir(self) -> Path:
-        return self.storage.node_dir / "pods"
-
-    @property
-    def logs_dir(self) -> Path:
-        return self.storage.node_dir / "logs"
 
 
 @dataclass
@@ -335,7 +300,6 @@ class PodWorker:
         for container in running:
             if container.run is not None:
                 container.run.kill()
-                container.run.process.popen.wait(timeout=10)
                 self._collect_exit(container, NO_RESTART, time.monotonic())
         for container in self._containers:
             container.view.restarts_pending = False

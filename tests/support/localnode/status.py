@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from support.localnode.api import Json
 from support.localnode.container import Exit
 
-RESTARTING_WAITING_REASON = "CrashLoopBackOff"
+TERMINAL_PHASES = ("Succeeded", "Failed")
 
 
 @dataclass

@@ -32,9 +32,9 @@ def marked_processes(marker_prefix: str) -> list[int]:
     return found
 
 
-def kill_marked(marker_prefix: str) -> list[int]:
-    """SIGKILLs every marked process; returns whom it found."""
-    found = marked_processes(marker_prefix)
+def kill_marked(marker_prefix: str, spare: frozenset[int] = frozenset()) -> list[int]:
+    """SIGKILLs every marked process but the spared ones; returns whom it killed."""
+    found = [pid for pid in marked_processes(marker_prefix) if pid not in spare]
     for pid in found:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
