@@ -164,6 +164,11 @@ def test_sigkill_at_random_moments_never_yields_a_bad_complete_checkpoint(
     )
     assert restored_steps == sorted(restored_steps)  # progress is never lost
     assert restored_steps[-1] > 0
+    # Retention held: latest 2 + up to 2 awaiting the PFS + the restored target + the newest
+    # stable + at most 3 spike markers locally; on the PFS no copies await anything.
+    local_copies = sorted(str(p.relative_to(local)) for p in local.glob("step-*/attempt-*"))
+    assert len(local_copies) <= 9, local_copies
+    assert len(list(pfs.glob("step-*/attempt-*/node-n0"))) <= 7
 
     app, cursor = empty_app(), empty_cursor()
     config = CheckpointConfig(local, pfs, kills + 1, "n0")

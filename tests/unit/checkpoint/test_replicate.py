@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 import time
@@ -8,6 +9,7 @@ from pathlib import Path
 import pytest
 from ckpt_copies import write_copy
 
+from stabletrain_agent.checkpoint import atomic
 from stabletrain_agent.checkpoint.inventory import (
     VerifyCache,
     build_records,
@@ -125,3 +127,19 @@ def test_inventory_lists_local_and_pfs_state(tmp_path: Path) -> None:
         (200, False, True),
     ]
     assert all(r.local_copy("n0") is not None for r in records)
+
+
+def test_copy_falls_back_to_a_buffered_copy_where_the_kernel_cannot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = tmp_path / "source.bin"
+    source.write_bytes(os.urandom(3 * atomic.COPY_CHUNK_BYTES + 123))
+
+    def cross_device(*_: object) -> int:
+        raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+    monkeypatch.setattr(atomic.os, "copy_file_range", cross_device)
+    size, crc = atomic.copy_file_read_back(source, tmp_path / "copy.bin")
+    assert size == source.stat().st_size
+    assert (tmp_path / "copy.bin").read_bytes() == source.read_bytes()
+    assert crc == atomic.crc32_file(source)

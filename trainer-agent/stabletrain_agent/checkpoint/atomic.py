@@ -160,20 +160,16 @@ def quarantine(path: Path) -> Path:
     return target
 
 
-def remove_tree_durable(path: Path, first: str | None = None) -> None:
-    """Delete a directory so that no crash leaves something that still looks valid.
+def remove_tree_durable(path: Path) -> None:
+    """Delete a directory so that no crash leaves a partial copy under its real name.
 
-    `first` (the manifest) is unlinked and made durable before anything else: a copy
-    without its manifest does not exist, whatever else survives a crash mid-delete.
+    One rename moves the whole copy to a dot-named trash name (invisible to scanners, swept
+    at the next start if the deletion itself is interrupted), then the trash is removed.
     """
-    if not path.exists():
-        return
-    if first is not None:
-        marker = path / first
-        if marker.exists():
-            marker.unlink()
-            fsync_dir(path)
     trash = path.with_name(f"{TEMP_PREFIX}trash-{path.name}-{uuid.uuid4().hex}")
-    os.rename(path, trash)
+    try:
+        os.rename(path, trash)
+    except FileNotFoundError:
+        return
     fsync_dir(path.parent)
     shutil.rmtree(trash, ignore_errors=True)

@@ -58,7 +58,6 @@ from stabletrain_agent.checkpoint.inventory import (
     scan_pfs,
 )
 from stabletrain_agent.checkpoint.layout import (
-    MANIFEST_NAME,
     TEMP_PREFIX,
     local_copy_dir,
     local_temp_dir,
@@ -459,9 +458,12 @@ class CheckpointManager:
             for leftover in step_path.glob(f"{TEMP_PREFIX}*"):
                 shutil.rmtree(leftover, ignore_errors=True)
         with contextlib.suppress(OSError):
-            pattern = f"step-*/attempt-*/{TEMP_PREFIX}node-{self.config.node}-*"
-            for leftover in self.config.pfs_root.glob(pattern):
-                shutil.rmtree(leftover, ignore_errors=True)
+            for pattern in (
+                f"step-*/attempt-*/{TEMP_PREFIX}node-{self.config.node}-*",
+                f"step-*/attempt-*/{TEMP_PREFIX}trash-node-{self.config.node}-*",
+            ):
+                for leftover in self.config.pfs_root.glob(pattern):
+                    shutil.rmtree(leftover, ignore_errors=True)
 
     def _resubmit_unreplicated(self) -> None:
         """Queue this node's on-lineage local copies: a previous process may have died
@@ -515,12 +517,15 @@ class CheckpointManager:
 
         The checkpoint this attempt restored from is protected: it is the rollback target
         the operator chose, and the only one known good before this attempt's saves.  So
-        are copies still waiting for the PFS while it is reachable; while it is down, local
-        space wins and only the newest copies wait for it to return.
+        are the newest copies still waiting for the PFS while it is reachable; while it is
+        down, local space wins and only the newest copies wait for it to return.  Local
+        copies are thus bounded by 2 x keep_local + 2 + the spike markers.
         """
         protected = list(self._protected)
         if self.replicator is not None and self.replicator.condition.available:
-            protected += self.replicator.pending()  # not on the PFS yet: keep until it is
+            # Not on the PFS yet: keep until it is, but no more than `keep_local` of them,
+            # so a replication slower than the saves cannot fill the local disk.
+            protected += self.replicator.pending()[-self.config.keep_local :]
         try:
             check_not_stale(self.config.local_root, self.config.attempt)
         except StaleAttemptError:
@@ -541,7 +546,7 @@ class CheckpointManager:
             if self.replicator is not None:
                 self.replicator.forget(step, attempt)
             copy = local_copy_dir(self.config.local_root, step, attempt)
-            remove_tree_durable(copy, first=MANIFEST_NAME)
+            remove_tree_durable(copy)
             _prune_empty(copy.parent)
         self._trim_pfs(protected)
 
@@ -568,7 +573,7 @@ class CheckpointManager:
         ):
             try:
                 part = pfs_part_dir(self.config.pfs_root, step, attempt, self.config.node)
-                remove_tree_durable(part, first=MANIFEST_NAME)
+                remove_tree_durable(part)
                 _prune_empty(part.parent, part.parent.parent)
             except OSError as error:
                 log.warning("cannot trim PFS step %d: %s", step, error)
