@@ -138,7 +138,7 @@ def test_copy_falls_back_to_a_buffered_copy_where_the_kernel_cannot(
     def cross_device(*_: object) -> int:
         raise OSError(errno.EXDEV, "Invalid cross-device link")
 
-    monkeypatch.setattr(atomic.os, "copy_file_range", cross_device)
+    monkeypatch.setattr(os, "copy_file_range", cross_device)
     size, crc = atomic.copy_file_read_back(source, tmp_path / "copy.bin")
     assert size == source.stat().st_size
     assert (tmp_path / "copy.bin").read_bytes() == source.read_bytes()
