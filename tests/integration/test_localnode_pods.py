@@ -217,7 +217,7 @@ def test_deletion_stops_the_process_within_the_grace_period(
     stopped_after = time.monotonic() - began
     wait_for(lambda: read_pod(api, pod_namespace, "sleeper") is None, 10, "the pod to be removed")
     # Measured from the API call, so it includes the node noticing the deletion (it polls
-    # every 0.2 s) on a CPU shared with other test runs: hence the second of slack.
+    # every 0.2 s) on a CPU shared with other test runs: hence two seconds of slack.
     assert stopped_after <= grace + 2
     if stops_by == "SIGTERM":
         assert stopped_after < grace - 1, f"the SIGTERM handler should exit: {stopped_after:.2f}"
