@@ -42,7 +42,13 @@ GONE_GRACE_SECONDS = 2.0
 DEFAULT_GRACE_SECONDS = 30
 NO_RESTART = "Never"
 """The restart policy that applies while a pod is being stopped, whatever its own."""
-UNSUPPORTED_POD_FIELDS = ("initContainers", "ephemeralContainers")
+UNSUPPORTED_POD_FIELDS = (
+    "initContainers",
+    "ephemeralContainers",
+    "hostNetwork",
+    "hostPID",
+    "hostIPC",
+)
 """Refused with a message in the container's waiting state rather than silently skipped."""
 
 
