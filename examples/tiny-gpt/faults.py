@@ -1,0 +1,55 @@
+"""The faults the example can suffer on purpose, so the healing loop can be shown and tested.
+
+Poisoned shards are data: they stay poisoned in every attempt, and only the skip-list the
+operator hands to the relaunched pods keeps training away from them. The other faults
+(NaN, a killed rank, a stalled rank) are accidents of one moment, so they strike only in
+the attempt named by `fault_attempt` (the first, by default): a relaunch that hit them again
+would never finish.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Faults:
+    fault_attempt: int = 0
+    nan_at: int = -1
+    """First step whose loss is NaN on `nan_rank`."""
+    nan_steps: int = 3
+    """NaN steps in a row: the default detection needs 3 before it counts (one is skipped)."""
+    nan_rank: int = 0
+    kill_at: int = -1
+    """Step at which `kill_rank` SIGKILLs itself (before its forward pass)."""
+    kill_rank: int = 1
+    stall_at: int = -1
+    """Step at which `stall_rank` stops making progress for `stall_seconds`."""
+    stall_rank: int = 1
+    stall_seconds: float = 0.0
+
+    def strikes(self, attempt: int) -> bool:
+        return attempt == self.fault_attempt
+
+    def before_step(self, step: int, rank: int, attempt: int) -> None:
+        """Kill or stall this rank when the step and the attempt are the chosen ones."""
+        if not self.strikes(attempt):
+            return
+        if step == self.kill_at and rank == self.kill_rank:
+            print(f"tiny-gpt: rank {rank} kills itself at step {step}", flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+        if step == self.stall_at and rank == self.stall_rank:
+            print(f"tiny-gpt: rank {rank} stalls {self.stall_seconds} s at step {step}", flush=True)
+            time.sleep(self.stall_seconds)
+
+    def loss(self, loss: torch.Tensor, step: int, rank: int, attempt: int) -> torch.Tensor:
+        """The loss as the step computed it, or NaN inside the chosen window."""
+        inside = self.nan_at <= step < self.nan_at + self.nan_steps
+        if self.strikes(attempt) and self.nan_at >= 0 and inside and rank == self.nan_rank:
+            return loss * float("nan")
+        return loss
