@@ -217,6 +217,7 @@ def main() -> None:
         manager.flush(60.0)
         log.write({"event": "done", "step": guard.global_step})
     except TrainingTripped as tripped:
+        record_step(log, guard, batches, corpus)
         report = tripped.report
         log.write({"event": "tripped", "step": report.step, "signal": str(report.signal)})
         raise
