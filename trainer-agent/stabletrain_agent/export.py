@@ -58,6 +58,7 @@ from stabletrain_agent.contract.channel import (
 from stabletrain_agent.contract.directives import Directives, parse_directives
 from stabletrain_agent.contract.inventory import CheckpointRecord
 from stabletrain_agent.contract.names import AnomalyClass, Signal
+from stabletrain_agent.contract.preflight import PreflightFacts
 from stabletrain_agent.contract.trip import EVIDENCE_MAX, TripReport
 from stabletrain_agent.directives import DirectiveSource
 from stabletrain_agent.signals.monitor import Finding, MonitorSnapshot
@@ -160,6 +161,7 @@ class _StatusParts:
     applied_generation: int = 0
     inventory: tuple[CheckpointRecord, ...] = ()
     latest_trip: TripReport | None = None
+    preflight: PreflightFacts | None = None
 
 
 class AgentExporter:
@@ -258,6 +260,11 @@ class AgentExporter:
         with self._parts_lock:
             self._parts = dataclasses.replace(self._parts, inventory=tuple(records))
 
+    def set_preflight(self, facts: PreflightFacts) -> None:
+        """The run's start-up facts, shown in the status endpoint for the operator's checklist."""
+        with self._parts_lock:
+            self._parts = dataclasses.replace(self._parts, preflight=facts)
+
     def _publish_signals(self, findings: tuple[Finding, ...]) -> None:
         """Per-signal gauges; a signal seen once keeps its series, reset to 0 when quiet."""
         firing = {f.signal: f for f in findings}
@@ -291,6 +298,7 @@ class AgentExporter:
             firing=() if snap is None else tuple(_report(f) for f in snap.findings),
             inventory=parts.inventory,
             latest_trip=parts.latest_trip,
+            preflight=parts.preflight,
         )
 
     def authorized(self, authorization: str | None) -> bool:

@@ -47,11 +47,14 @@ from stabletrain_agent.contract import env
 from stabletrain_agent.contract.detection import DetectionConfig
 from stabletrain_agent.contract.directives import DEFAULT_TRIP_ON, Directives, parse_directives
 from stabletrain_agent.contract.inventory import CheckpointRecord, compact_inventory
+from stabletrain_agent.contract.names import custom_signal
+from stabletrain_agent.contract.preflight import PreflightFacts
 from stabletrain_agent.data import ShardedBatches, skip_list_from_directives
 from stabletrain_agent.directives import DirectiveSource
 from stabletrain_agent.export import AgentExporter
 from stabletrain_agent.lineage import LineageRing, lineage_dir, suspect_shards, write_window
 from stabletrain_agent.lr import LrScale
+from stabletrain_agent.preflight import finish_preflight, gather_facts, preflight_requested
 from stabletrain_agent.signals.monitor import SignalMonitor, StepObservation, Verdict
 from stabletrain_agent.trip import TrainingTripped, build_trip_report, write_termination_message
 
@@ -147,6 +150,7 @@ class Guard:
         self._lineage_written: set[int] = set()
         self._last_step_end = time.perf_counter()
         self.monitor = SignalMonitor(DetectionConfig(), DEFAULT_TRIP_ON)
+        self._observed: dict[str, torch.Tensor | float] = {}
         initial = self._feed.latest()
         if initial is not None:
             self._adopt(initial, at_start=True)
@@ -161,13 +165,59 @@ class Guard:
         """The guard of a pod the operator started: directives, exporter and paths from env.
 
         Local rank 0 serves /metrics, /v1/status and the live-directive PUT; the exporter
-        stops with ``close()`` or with the process.
+        stops with ``close()`` or with the process. It also shows the run's preflight facts
+        (see preflight.py); ``warmup_steps`` and ``checkpoint_interval_steps`` among the
+        options state them where probing the scheduler cannot. In the operator's preflight
+        pod (STABLETRAIN_PREFLIGHT=1) this gathers the facts, leaves them as the termination
+        message and exits 0: the script never reaches its first step there.
         """
+        warmup_steps = options.pop("warmup_steps", None)
+        interval = options.pop("checkpoint_interval_steps", None)
         source = DirectiveSource.from_env()
+        if preflight_requested():
+            guard = cls(model, optimizer, directives=source, **options)
+            facts = guard.preflight_facts(
+                warmup_steps=warmup_steps, checkpoint_interval_steps=interval
+            )
+            finish_preflight(
+                facts, local_rank=guard.env.local_rank, termination=guard.env.termination_path
+            )
         exporter = AgentExporter.from_env(source)
         if exporter is not None:
             exporter.start()
-        return cls(model, optimizer, directives=source, exporter=exporter, **options)
+        guard = cls(model, optimizer, directives=source, exporter=exporter, **options)
+        if exporter is not None:
+            exporter.set_preflight(
+                guard.preflight_facts(warmup_steps=warmup_steps, checkpoint_interval_steps=interval)
+            )
+        return guard
+
+    def preflight_facts(
+        self, *, warmup_steps: int | None = None, checkpoint_interval_steps: int | None = None
+    ) -> PreflightFacts:
+        """The run's stability facts from the parts this guard holds (nothing is changed)."""
+        distributed = dist.is_available() and dist.is_initialized()
+        return gather_facts(
+            self.model,
+            self.optimizer,
+            scheduler=self.scheduler,
+            scaler=self.scaler,
+            max_grad_norm=self.max_grad_norm,
+            data=self.data,
+            warmup_steps=warmup_steps,
+            checkpoint_interval_steps=checkpoint_interval_steps,
+            world_size=dist.get_world_size(self._group) if distributed else 1,
+        )
+
+    def observe(self, name: str, value: torch.Tensor | float) -> None:
+        """Report a custom scalar (validation loss, MoE aux loss, entropy) with the next step.
+
+        It travels in that step's one all-reduce, averaged over ranks, so every rank must
+        observe the same names before the same ``step``; a step without the name leaves
+        its detector's streak untouched (a validation loss measured every few hundred steps).
+        """
+        custom_signal(name)
+        self._observed[name] = value
 
     def close(self) -> None:
         """Stop serving metrics and directives (safe to call more than once)."""
@@ -191,6 +241,8 @@ class Guard:
         ``scheduler.step()``. With a GradScaler pass the unscaled loss.
         """
         step = self.global_step + 1
+        custom = {**self._observed, **(custom or {})}
+        self._observed = {}
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
         grad_norm = self._clip()
@@ -203,7 +255,7 @@ class Guard:
             tokens=tokens or 0,
             has_newer_directives=latest is not None and latest.generation > self.applied_generation,
             saving=self._saving() if self._saving else False,
-            custom=custom or {},
+            custom=custom,
             group=self._group,
         )
         factor = self.lr.factor(step)

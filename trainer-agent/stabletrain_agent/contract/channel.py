@@ -23,6 +23,7 @@ from stabletrain_agent.contract.base import ContractError, ContractModel, descri
 from stabletrain_agent.contract.directives import Directives
 from stabletrain_agent.contract.inventory import NODE_NAME_MAX, CheckpointRecord
 from stabletrain_agent.contract.names import AnomalyClass
+from stabletrain_agent.contract.preflight import PreflightFacts
 from stabletrain_agent.contract.trip import EVIDENCE_MAX, TripReport
 
 DIRECTIVES_HTTP_PATH = "/v1/directives"
@@ -149,6 +150,9 @@ class AgentStatus(ContractModel):
     inventory: tuple[CheckpointRecord, ...] = ()
     """Checkpoints this pod knows: the PFS copy and this node's local copy."""
     latest_trip: TripReport | None = None
+    preflight: PreflightFacts | None = None
+    """The run's stability facts, gathered at start-up; the operator's Preflight condition
+    judges them."""
 
 
 def parse_agent_status(payload: str | bytes) -> AgentStatus:

@@ -124,6 +124,11 @@ class ShardedBatches(Generic[Chunk, Batch]):
     def next_batch_index(self) -> int:
         return self._batch_index
 
+    @property
+    def shards(self) -> tuple[Shard, ...]:
+        """The dataset's shards in order; the preflight reports how many there are."""
+        return self._layout.shards
+
     def __iter__(self) -> ShardedBatches[Chunk, Batch]:
         return self
 
