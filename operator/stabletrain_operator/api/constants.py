@@ -74,6 +74,9 @@ class ConditionType(StrEnum):
     SUSPENDED = "Suspended"
     COMPLETE = "Complete"
     FAILED = "Failed"
+    PREFLIGHT = "Preflight"
+    """The run's start-up facts against the preflight checklist: False while a severe
+    finding stands; the message has one line per finding (docs/preflight.md)."""
 
 
 class Reason(StrEnum):
@@ -102,3 +105,12 @@ class Reason(StrEnum):
     TRAINING_COMPLETE = "TrainingComplete"
     INVALID_TRIP_REPORT = "InvalidTripReport"
     NO_MATCHING_RULE = "NoMatchingRule"
+    PREFLIGHT_PASSED = "PreflightPassed"
+    PREFLIGHT_WARNINGS = "PreflightWarnings"
+    PREFLIGHT_SEVERE = "PreflightSevereFindings"
+    """Severe findings in Warn mode: the job runs anyway."""
+    PREFLIGHT_REFUSED = "PreflightRefused"
+    """Severe findings in Refuse mode: no worker pod is created."""
+    PREFLIGHT_RUNNING = "PreflightRunning"
+    PREFLIGHT_POD_FAILED = "PreflightPodFailed"
+    """The preflight pod ended without facts; Refuse mode starts nothing without them."""

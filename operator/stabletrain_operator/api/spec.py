@@ -8,6 +8,7 @@ the operator builds itself.
 from __future__ import annotations
 
 import re
+from enum import StrEnum
 from typing import Annotated, Any, Literal, Self
 
 from pydantic import AfterValidator, ConfigDict, Field, WithJsonSchema, model_validator
@@ -339,6 +340,29 @@ class ManualRollbackSpec(ApiModel):
     """Free text recorded in the rollback history and the Event."""
 
 
+class PreflightMode(StrEnum):
+    """What a severe preflight finding does to a job."""
+
+    WARN = "Warn"
+    """Start anyway; the Preflight condition and a Warning Event name the findings."""
+    REFUSE = "Refuse"
+    """Run one short preflight pod first and create no worker pod while a severe finding
+    stands (see docs/preflight.md)."""
+
+
+class PreflightSpec(ApiModel):
+    """The stability preflight: the run's start-up facts against known causes of spikes and
+    lost work (docs/preflight.md lists every check and its source)."""
+
+    mode: PreflightMode = PreflightMode.WARN
+    """Warn (default) reports findings from the running pods; Refuse runs a preflight pod
+    before any worker pod and starts none while a severe finding stands."""
+    max_lost_steps: int | None = Field(default=None, ge=1, le=10_000_000)
+    """Lost-work budget: the most optimizer steps a crash may cost (the checkpoint interval)
+    or a rollback may rewind (the interval plus rollback.minStepsBeforeOnset). Null: no
+    budget, not checked."""
+
+
 class StableTrainingJobSpec(ApiModel):
     """A torchrun job and the policy that heals it."""
 
@@ -363,6 +387,7 @@ class StableTrainingJobSpec(ApiModel):
     """True stops all pods (after a final checkpoint save request) without counting a fault;
     false again relaunches from the newest stable checkpoint."""
     manual_rollback: ManualRollbackSpec | None = None
+    preflight: PreflightSpec = Field(default_factory=PreflightSpec)
 
     @model_validator(mode="after")
     def _custom_signals_defined(self) -> Self:
