@@ -26,9 +26,10 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP) ## virtualenv with an editable install, all extras and the dev tools
 
-k8s-bins: ## build (once, cached outside the repo) etcd, kube-apiserver, kube-controller-manager, kubectl, helm; fetch the monitoring CRDs
+k8s-bins: ## build (once, cached outside the repo) etcd, kube-apiserver, kube-controller-manager, kubectl, helm; the monitoring CRDs, promql-check
 	@K8S_VERSION=$(K8S_VERSION) bash hack/k8s-bins.sh >/dev/null
 	@bash hack/monitoring-crds.sh >/dev/null
+	@bash hack/promql-check.sh >/dev/null
 
 lint: $(STAMP) ## ruff, mypy --strict on both packages, import contracts
 	$(VENV)/bin/ruff check .

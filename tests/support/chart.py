@@ -6,6 +6,7 @@ template` printed, so a test fails exactly when what users would install is wron
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from collections.abc import Sequence
@@ -48,6 +49,27 @@ def monitoring_crds() -> list[Path]:
             "(hack/monitoring-crds.sh fetches them from the Go module proxy)."
         )
     return files
+
+
+def promql_check() -> Path:
+    """The PromQL parser check `make k8s-bins` built (hack/promql-check.sh)."""
+    default = Path.home() / ".cache" / "stabletrain" / "k8s" / "promql-check-v0.316.0"
+    binary = Path(os.environ.get("STABLETRAIN_PROMQL_CHECK_DIR", default)) / "promql-check"
+    if not binary.is_file():
+        raise RuntimeError(f"{binary} missing. Run `make k8s-bins` (hack/promql-check.sh).")
+    return binary
+
+
+def parse_promql(expressions: Sequence[str]) -> subprocess.CompletedProcess[str]:
+    """Prometheus' own parser over the expressions; stdout names each one that fails."""
+    return subprocess.run(
+        [str(promql_check())],
+        input=json.dumps(list(expressions)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def helm(

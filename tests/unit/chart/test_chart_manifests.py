@@ -16,7 +16,7 @@ from stabletrain_agent.contract import env
 from stabletrain_agent.directives import DirectiveSource
 from stabletrain_agent.export import AgentExporter
 from stabletrain_operator import metrics, naming
-from support.chart import ALL_ON_VALUES, CHART, Manifest, Rendered, render
+from support.chart import ALL_ON_VALUES, CHART, Manifest, Rendered, parse_promql, render
 
 CLUSTER_ALL_ON, NAMESPACED_ALL_ON = ALL_ON_VALUES
 VARIANTS = {
@@ -320,3 +320,32 @@ def test_dashboard_file_is_what_the_config_map_carries() -> None:
     ]
     path = Path(CHART / "dashboards" / "stabletrain-jobs.json")
     assert json.loads(config_map["data"]["stabletrain-jobs.json"]) == json.loads(path.read_text())
+
+
+GRAFANA_VARIABLES = {"$namespace": "ml", "$job": ".*"}
+
+
+def all_expressions() -> list[str]:
+    """Every PromQL expression the chart ships, Grafana's variables filled in."""
+    rule = render(values_files=(CLUSTER_ALL_ON,)).one("PrometheusRule")
+    exprs = [r["expr"] for group in rule["spec"]["groups"] for r in group["rules"]]
+    dashboard = json.loads((CHART / "dashboards" / "stabletrain-jobs.json").read_text())
+    queries = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+    queries += [a["expr"] for a in dashboard["annotations"]["list"] if "expr" in a]
+    for variable, value in GRAFANA_VARIABLES.items():
+        queries = [q.replace(variable, value) for q in queries]
+    return exprs + queries
+
+
+def test_every_promql_expression_parses_with_prometheus_own_parser() -> None:
+    expressions = all_expressions()
+    assert len(expressions) >= 15
+    checked = parse_promql(expressions)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_the_promql_check_refuses_a_broken_expression() -> None:
+    checked = parse_promql(["up == 0", "sum by (signal) (rate(x[5m]) > 0"])
+    assert checked.returncode == 1
+    assert checked.stdout.startswith("1: ")
+    assert "parse error" in checked.stdout
