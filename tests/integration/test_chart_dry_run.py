@@ -117,6 +117,7 @@ def test_every_rendered_object_passes_a_server_side_dry_run(
     assert "Warning" not in done.stderr, done.stderr
     accepted = [line for line in done.stdout.splitlines() if line.endswith("(server dry run)")]
     assert len(accepted) == len(objects), done.stdout
+    print(f"{variant}: {len(accepted)} objects accepted by a server-side dry-run:\n{done.stdout}")
     expected_kinds = {"Deployment", "ServiceAccount", "Service"}
     if variant != "defaults":
         expected_kinds |= {
@@ -161,6 +162,7 @@ def test_a_broken_object_of_each_optional_kind_is_refused(
     done = dry_run(control_plane, [broken])
     assert done.returncode != 0, done.stdout
     assert named in done.stderr, done.stderr
+    print(f"broken {kind} refused: {done.stderr.strip()}")
 
 
 def restricted_namespace(api_client: client.ApiClient) -> str:
