@@ -78,6 +78,11 @@ class Kube:
             if error.status != HTTP_NOT_FOUND:
                 raise
 
+    def list_pods(self, namespace: str, selector: str) -> list[Json]:
+        """Pods matching a label selector, as plain camelCase JSON (what kubectl shows)."""
+        listed = self.core.list_namespaced_pod(namespace, label_selector=selector)
+        return [self.core.api_client.sanitize_for_serialization(pod) for pod in listed.items]
+
     def get_job(self, namespace: str, name: str) -> Json | None:
         try:
             job: Json = self.custom.get_namespaced_custom_object(

@@ -12,6 +12,7 @@ the same action exactly once.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ from stabletrain_agent.contract.names import Action, Signal
 from stabletrain_agent.contract.trip import TripReport
 from stabletrain_operator import naming
 from stabletrain_operator.api.constants import ConditionType, Phase, Reason
-from stabletrain_operator.api.spec import StableTrainingJobSpec
+from stabletrain_operator.api.spec import PreflightMode, StableTrainingJobSpec
 from stabletrain_operator.api.status import (
     HISTORY_MAX,
     SKIP_RANGES_INLINE_MAX,
@@ -47,6 +48,12 @@ from stabletrain_operator.policy import (
     manual_request,
     record,
     worker_failure,
+)
+from stabletrain_operator.preflight.condition import (
+    Notice,
+    PreflightPodResult,
+    from_running_pods,
+    gate,
 )
 
 STOP_FORCE_AFTER = timedelta(seconds=45)
@@ -86,6 +93,8 @@ class World:
     """Node of each rank in the last attempt whose placement is known (index = rank)."""
     attempt_directives: Directives | None = None
     """The current attempt's initial directives (its ConfigMap), base of live directives."""
+    preflight_pod: PreflightPodResult | None = None
+    """A Refuse-mode job's preflight pod while Pending (None: not read this tick)."""
 
 
 @dataclass(frozen=True)
@@ -126,8 +135,21 @@ def advance(status: StableTrainingJobStatus, world: World) -> Step:
     """One transition (or none) of the job, as a pure function."""
     handler = _HANDLERS[status.phase]
     step = handler(status, world)
-    final = step.status.model_copy(update={"observed_generation": world.generation})
-    return _replace_status(step, final)
+    reported = from_running_pods(
+        step.status,
+        world.spec,
+        [r.status for r in world.scrapes if r.status is not None],
+        now=world.now,
+        generation=world.generation,
+    )
+    final = reported.status.model_copy(update={"observed_generation": world.generation})
+    return dataclasses.replace(
+        _replace_status(step, final), events=(*step.events, *_events(reported.notices))
+    )
+
+
+def _events(notices: Sequence[Notice]) -> tuple[Event, ...]:
+    return tuple(Event(n.type, n.reason, n.message) for n in notices)
 
 
 def _replace_status(step: Step, status: StableTrainingJobStatus) -> Step:
@@ -174,6 +196,15 @@ def _pending(status: StableTrainingJobStatus, world: World) -> Step:
             message="created suspended",
         )
         return Step(suspended, world.ledger)
+    preflight_events: tuple[Event, ...] = ()
+    if world.spec.preflight.mode is PreflightMode.REFUSE:
+        checked = gate(
+            status, world.spec, world.preflight_pod, now=world.now, generation=world.generation
+        )
+        preflight_events = _events(checked.outcome.notices)
+        if not checked.proceed:
+            return Step(checked.outcome.status, world.ledger, events=preflight_events)
+        status = checked.outcome.status
     directives = attempt_directives(
         world.spec,
         generation=1,
@@ -203,7 +234,7 @@ def _pending(status: StableTrainingJobStatus, world: World) -> Step:
         running,
         world.ledger,
         launch=Launch(directives, (None,) * nodes),
-        events=(Event("Normal", Reason.CREATED, message),),
+        events=(*preflight_events, Event("Normal", Reason.CREATED, message)),
     )
 
 

@@ -32,6 +32,7 @@ from stabletrain_operator.machine import Launch, Step, World, advance
 from stabletrain_operator.observe.pods import PodFacts, PodState
 from stabletrain_operator.observe.scrape import ScrapeResult, ScrapeTarget, scrape_all
 from stabletrain_operator.policy import PolicyLedger
+from stabletrain_operator.preflight.pod import ensure_preflight_pod, needs_preflight_pod
 
 _log = logging.getLogger(__name__)
 
@@ -235,6 +236,10 @@ async def tick(kube: Kube, key: JobKey, indexed: Iterable[PodFacts], memory: Job
     skip = await asyncio.to_thread(_skip_ranges, kube, key, status)
     directives = await asyncio.to_thread(_attempt_directives, kube, key, memory, status.attempt)
     ledger = memory.ledger or PolicyLedger.from_job_status(status)
+    generation = job["metadata"].get("generation")
+    preflight_pod = None
+    if needs_preflight_pod(spec, status):
+        preflight_pod = await asyncio.to_thread(ensure_preflight_pod, kube, ref, spec, generation)
     world = World(
         now=datetime.now(UTC),
         job=key.name,
@@ -246,6 +251,7 @@ async def tick(kube: Kube, key: JobKey, indexed: Iterable[PodFacts], memory: Job
         ledger=ledger,
         previous_nodes=tuple(memory.nodes.get(r) for r in range(spec.workers.nodes)),
         attempt_directives=directives,
+        preflight_pod=preflight_pod,
     )
     step = advance(status, world)
     if step.launch is not None:

@@ -1,0 +1,282 @@
+"""The checklist: the run's start-up facts against known causes of spikes and lost work.
+
+Each check is a plain function of the agent's PreflightFacts and the job's spec that returns
+at most one finding, and each keeps to what a public source justifies (docs/preflight.md
+cites them). Severe findings are the ones that make a spike or a loss of work likely enough
+that a job in Refuse mode should not start with them; warnings are worth changing but runs
+succeed with them every day.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+
+from stabletrain_agent.contract.names import Action
+from stabletrain_agent.contract.preflight import Precision, PreflightFacts, TierFacts
+from stabletrain_operator.api.spec import StableTrainingJobSpec
+
+FP16_SMALLEST_SUBNORMAL = 2.0**-24
+"""About 5.96e-8: any smaller epsilon rounds to 0 in IEEE binary16."""
+BETA2_HIGH = 0.999
+"""PyTorch's default; GPT-3 and LLaMA trained with 0.95 (see docs/preflight.md)."""
+KEEP_AT_LEAST = 2
+"""The agent never keeps fewer than 2 checkpoints per tier (the rollback target survives a
+new save); a tier that cannot hold 2 cannot protect anything."""
+
+
+class Severity(StrEnum):
+    SEVERE = "Severe"
+    """Refuse mode starts no worker pod while one stands."""
+    WARNING = "Warning"
+
+
+@dataclass(frozen=True)
+class Finding:
+    check: str
+    """Stable id of the check (docs/preflight.md), e.g. no-clipping."""
+    severity: Severity
+    message: str
+    """What is wrong, with the numbers."""
+    fix: str
+    """What to change."""
+
+    def line(self) -> str:
+        """One line of the Preflight condition's message."""
+        return f"{self.severity}: {self.check}: {self.message}; fix: {self.fix}"
+
+
+Check = Callable[[PreflightFacts, StableTrainingJobSpec], Finding | None]
+
+
+def no_clipping(facts: PreflightFacts, _: StableTrainingJobSpec) -> Finding | None:
+    if facts.max_grad_norm is not None:
+        return None
+    return Finding(
+        "no-clipping",
+        Severity.SEVERE,
+        "gradients are not clipped, so one bad batch can move the weights arbitrarily far",
+        "pass max_grad_norm=1.0 to the Guard (GPT-3, OPT, LLaMA clip the global norm at 1.0)",
+    )
+
+
+def no_warmup(facts: PreflightFacts, _: StableTrainingJobSpec) -> Finding | None:
+    if facts.warmup_steps is None:
+        return Finding(
+            "no-warmup",
+            Severity.WARNING,
+            "no LR scheduler is attached to the Guard, so the LR is constant from step 1",
+            "warm the LR up linearly (pass the scheduler to the Guard), or declare "
+            "warmup_steps=N to Guard.from_env if the loop warms up by itself",
+        )
+    if facts.warmup_steps == 0 and (facts.peak_lr or 0.0) > 0.0:
+        return Finding(
+            "no-warmup",
+            Severity.WARNING,
+            f"the first step already runs at the peak LR {facts.peak_lr:g}",
+            "ramp the LR up linearly over the first steps (commonly 0.1-1% of training)",
+        )
+    return None
+
+
+def fp16_without_dynamic_scaling(facts: PreflightFacts, _: StableTrainingJobSpec) -> Finding | None:
+    if facts.precision is not Precision.FP16 or facts.dynamic_loss_scale:
+        return None
+    return Finding(
+        "fp16-static-loss-scale",
+        Severity.SEVERE,
+        "fp16 training without a dynamic loss scale: small gradients underflow to 0 and "
+        "large ones overflow to inf",
+        "use an enabled torch.amp.GradScaler and pass it to the Guard, or train in bf16",
+    )
+
+
+def fp16_adam_eps(facts: PreflightFacts, _: StableTrainingJobSpec) -> Finding | None:
+    optimizer = facts.optimizer
+    if not optimizer.adaptive or optimizer.eps is None or optimizer.state_dtype != "float16":
+        return None
+    if optimizer.eps >= FP16_SMALLEST_SUBNORMAL:
+        return None
+    return Finding(
+        "fp16-adam-eps",
+        Severity.SEVERE,
+        f"{optimizer.name} eps {optimizer.eps:g} rounds to 0 in its fp16 state (smallest "
+        f"fp16 value {FP16_SMALLEST_SUBNORMAL:.3g}): an update divides by sqrt(v) alone",
+        "keep fp32 parameters under autocast (the optimizer state is then fp32), or raise "
+        "eps to 1e-4",
+    )
+
+
+def adam_beta2_high(facts: PreflightFacts, _: StableTrainingJobSpec) -> Finding | None:
+    optimizer = facts.optimizer
+    if not optimizer.adaptive or optimizer.beta2 is None or optimizer.beta2 < BETA2_HIGH:
+        return None
+    return Finding(
+        "adam-beta2-high",
+        Severity.WARNING,
+        f"{optimizer.name} beta2 {optimizer.beta2:g}: the second-moment estimate lags "
+        "behind a sudden gradient change, the pattern that precedes loss spikes at large "
+        "batch and LR",
+        "beta2 0.95 (GPT-3, LLaMA) or 0.98",
+    )
+
+
+def _checkpoint_interval(facts: PreflightFacts, spec: StableTrainingJobSpec) -> int:
+    """The script's declared interval when it gives one (it decides when to save)."""
+    return facts.checkpoint_interval_steps or spec.checkpoints.interval_steps
+
+
+def _rollback_rewind(spec: StableTrainingJobSpec) -> int:
+    """Steps a rollback goes back at least, beyond the interval: the largest margin before
+    the onset that any Rollback rule demands."""
+    margins = [
+        rule.rollback_params().min_steps_before_onset
+        for rule in spec.recovery.rules
+        if rule.action is Action.ROLLBACK
+    ]
+    return max(margins, default=0)
+
+
+def interval_over_budget(facts: PreflightFacts, spec: StableTrainingJobSpec) -> Finding | None:
+    budget = spec.preflight.max_lost_steps
+    if budget is None:
+        return None
+    interval = _checkpoint_interval(facts, spec)
+    rewind = _rollback_rewind(spec)
+    worst = interval + rewind
+    if worst <= budget:
+        return None
+    because = f" plus rollback.minStepsBeforeOnset {rewind}" if rewind else ""
+    return Finding(
+        "checkpoint-interval-over-budget",
+        Severity.SEVERE,
+        f"a checkpoint every {interval} steps{because} can lose {worst} steps, over the "
+        f"budget of {budget} (preflight.maxLostSteps)",
+        f"save at least every {max(budget - rewind, 1)} steps (checkpoints.intervalSteps and "
+        "the script's save interval)",
+    )
+
+
+def _required_bytes(facts: PreflightFacts, keep: int) -> int:
+    """`keep` checkpoints plus the one being written before the oldest goes."""
+    return (keep + 1) * facts.checkpoint_bytes_estimate
+
+
+def _tier_finding(tier: TierFacts, keep: int, facts: PreflightFacts) -> Finding | None:
+    if tier.free_bytes is None:
+        return Finding(
+            "tier-missing",
+            Severity.SEVERE,
+            f"the {tier.name} checkpoint tier {tier.path} does not exist in the pod",
+            f"mount the {tier.name} tier (checkpoints.{tier.name}) where the pod's env says",
+        )
+    needed = _required_bytes(facts, keep)
+    if tier.free_bytes >= needed:
+        return None
+    return Finding(
+        "tier-too-small",
+        Severity.SEVERE,
+        f"the {tier.name} tier has {_size(tier.free_bytes)} free but keeping {keep} "
+        f"checkpoints of about {_size(facts.checkpoint_bytes_estimate)} (plus the one being "
+        f"written) needs {_size(needed)}",
+        f"give the {tier.name} tier at least {_size(needed)} or lower "
+        f"checkpoints.{tier.name}.retention",
+    )
+
+
+def _tier_space(name: str) -> Check:
+    def check(facts: PreflightFacts, spec: StableTrainingJobSpec) -> Finding | None:
+        tier = next((t for t in facts.tiers if t.name == name), None)
+        if tier is None:
+            return None
+        retention = (
+            spec.checkpoints.local.retention if name == "local" else spec.checkpoints.pfs.retention
+        )
+        return _tier_finding(tier, retention + spec.checkpoints.spike_markers, facts)
+
+    check.__name__ = f"{name}_tier_space"
+    return check
+
+
+def local_size_limit(facts: PreflightFacts, spec: StableTrainingJobSpec) -> Finding | None:
+    limit = spec.checkpoints.local.size_limit
+    if limit is None:
+        return None
+    needed = KEEP_AT_LEAST * facts.checkpoint_bytes_estimate
+    if quantity_bytes(limit) >= needed:
+        return None
+    return Finding(
+        "tier-too-small",
+        Severity.SEVERE,
+        f"checkpoints.local.sizeLimit {limit} cannot hold {KEEP_AT_LEAST} checkpoints of about "
+        f"{_size(facts.checkpoint_bytes_estimate)}",
+        f"raise checkpoints.local.sizeLimit to at least {_size(needed)}",
+    )
+
+
+def no_data_skipping(facts: PreflightFacts, _: StableTrainingJobSpec) -> Finding | None:
+    if facts.data_shards is not None:
+        return None
+    return Finding(
+        "no-data-skipping",
+        Severity.WARNING,
+        "the Guard has no ShardedBatches data helper, so a rollback can rewind and lower the "
+        "LR but cannot skip the data around the onset",
+        "feed batches through stabletrain_agent.data.ShardedBatches and pass it as data=",
+    )
+
+
+CHECKS: tuple[Check, ...] = (
+    no_clipping,
+    no_warmup,
+    fp16_without_dynamic_scaling,
+    fp16_adam_eps,
+    adam_beta2_high,
+    interval_over_budget,
+    _tier_space("local"),
+    _tier_space("pfs"),
+    local_size_limit,
+    no_data_skipping,
+)
+
+
+def evaluate(facts: PreflightFacts, spec: StableTrainingJobSpec) -> tuple[Finding, ...]:
+    """Every finding, severe ones first, in checklist order within a severity."""
+    found = [finding for check in CHECKS if (finding := check(facts, spec)) is not None]
+    return tuple(sorted(found, key=lambda f: f.severity is not Severity.SEVERE))
+
+
+_SUFFIX_FACTORS = {
+    "": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
+    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
+    "m": 10**-3, "u": 10**-6, "n": 10**-9,
+}  # fmt: skip
+_QUANTITY = re.compile(
+    r"^([+-]?(?:\d+(?:\.\d*)?|\.\d+))(?:([eE][+-]?\d+)|([KMGTPE]i|[numkMGTPE])?)$"
+)
+
+
+def quantity_bytes(value: int | str) -> int:
+    """A Kubernetes quantity (500Gi, 2T, 1e12) in bytes, rounded down.
+
+    The spec's pattern has already admitted it; the kubernetes client's parser is not used
+    so that this module stays importable where only the CLI's extras are installed.
+    """
+    if isinstance(value, int):
+        return value
+    match = _QUANTITY.fullmatch(value)
+    if match is None:
+        raise ValueError(f"{value!r} is not a Kubernetes quantity such as 500Gi")
+    number, exponent, suffix = match.groups()
+    if exponent:
+        return int(float(number + exponent))
+    return int(float(number) * _SUFFIX_FACTORS[suffix or ""])
+
+
+def _size(size: int) -> str:
+    for unit, factor in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if size >= factor:
+            return f"{size / factor:.1f} {unit}"
+    return f"{size} B"

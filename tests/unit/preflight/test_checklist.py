@@ -1,0 +1,174 @@
+"""Each preflight check on its own: a clean run has no finding, and one change at a time
+produces exactly the finding it should, with its severity and a fix."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from stabletrain_agent.contract.preflight import (
+    OptimizerFacts,
+    Precision,
+    PreflightFacts,
+    TierFacts,
+)
+from stabletrain_operator.api.spec import StableTrainingJobSpec
+from stabletrain_operator.preflight.checklist import Severity, evaluate, quantity_bytes
+
+GIB = 2**30
+CHECKPOINT = 1 * GIB
+
+
+def job_spec(**overrides: Any) -> StableTrainingJobSpec:
+    data: dict[str, Any] = {
+        "workers": {"template": {"spec": {"containers": [{"name": "t", "command": ["x"]}]}}},
+        "checkpoints": {
+            "local": {"hostPath": "/nvme", "retention": 3},
+            "pfs": {"claimName": "pfs", "retention": 3},
+            "intervalSteps": 200,
+            "spikeMarkers": 2,
+        },
+    }
+    data.update(overrides)
+    return StableTrainingJobSpec.model_validate(data)
+
+
+def clean_facts(**changes: Any) -> PreflightFacts:
+    optimizer = OptimizerFacts(
+        name="AdamW", adaptive=True, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1
+    )
+    data: dict[str, Any] = {
+        "max_grad_norm": 1.0,
+        "warmup_steps": 2000,
+        "peak_lr": 3e-4,
+        "precision": Precision.BF16,
+        "optimizer": optimizer,
+        "parameters": CHECKPOINT // 12,
+        "checkpoint_bytes_estimate": CHECKPOINT,
+        "tiers": (
+            TierFacts(name="local", path="/stabletrain/local", free_bytes=100 * GIB),
+            TierFacts(name="pfs", path="/stabletrain/pfs", free_bytes=1000 * GIB),
+        ),
+        "data_shards": 64,
+        "world_size": 8,
+    }
+    data.update(changes)
+    return PreflightFacts(**data)
+
+
+def adam(**changes: Any) -> OptimizerFacts:
+    return clean_facts().optimizer.model_copy(update=changes)
+
+
+def only(facts: PreflightFacts, spec: StableTrainingJobSpec | None = None) -> tuple[str, str, str]:
+    (finding,) = evaluate(facts, spec or job_spec())
+    assert finding.fix, "every finding says what to change"
+    assert "\n" not in finding.line(), "one line per finding"
+    return finding.check, finding.severity.value, finding.line()
+
+
+def test_a_clean_configuration_produces_no_finding() -> None:
+    assert evaluate(clean_facts(), job_spec()) == ()
+    budget = job_spec(preflight={"maxLostSteps": 2000}, checkpoints={
+        "local": {"hostPath": "/nvme", "sizeLimit": "10Gi"}, "pfs": {"claimName": "pfs"},
+    })  # fmt: skip
+    assert evaluate(clean_facts(), budget) == ()
+    sgd = OptimizerFacts(name="SGD", adaptive=False, weight_decay=0.0)
+    assert evaluate(clean_facts(optimizer=sgd, precision=Precision.FP32), job_spec()) == ()
+
+
+@pytest.mark.parametrize(
+    ("changes", "check", "severity", "words"),
+    [
+        ({"max_grad_norm": None}, "no-clipping", "Severe", "not clipped"),
+        ({"warmup_steps": 0}, "no-warmup", "Warning", "peak LR 0.0003"),
+        ({"warmup_steps": None}, "no-warmup", "Warning", "no LR scheduler"),
+        ({"precision": Precision.FP16}, "fp16-static-loss-scale", "Severe", "underflow"),
+        (
+            {"precision": Precision.FP16, "grad_scaler": True, "dynamic_loss_scale": True,
+             "optimizer": adam(state_dtype="float16")},
+            "fp16-adam-eps", "Severe", "eps 1e-08 rounds to 0",
+        ),
+        ({"optimizer": adam(beta2=0.999)}, "adam-beta2-high", "Warning", "beta2 0.999"),
+        ({"data_shards": None}, "no-data-skipping", "Warning", "cannot skip the data"),
+        (
+            {"tiers": (TierFacts(name="local", path="/l", free_bytes=5 * GIB),)},
+            "tier-too-small", "Severe", "keeping 5 checkpoints",
+        ),
+        (
+            {"tiers": (TierFacts(name="pfs", path="/stabletrain/pfs"),)},
+            "tier-missing", "Severe", "/stabletrain/pfs does not exist",
+        ),
+    ],
+)  # fmt: skip
+def test_each_finding_on_its_own(
+    changes: dict[str, Any], check: str, severity: str, words: str
+) -> None:
+    found, level, line = only(clean_facts(**changes))
+    assert (found, level) == (check, severity)
+    assert words in line
+
+
+def test_fp16_with_a_dynamic_scaler_and_fp32_state_is_fine() -> None:
+    facts = clean_facts(precision=Precision.FP16, grad_scaler=True, dynamic_loss_scale=True)
+    assert evaluate(facts, job_spec()) == ()
+    big_eps = clean_facts(
+        precision=Precision.FP16, dynamic_loss_scale=True, optimizer=adam(state_dtype="float16",
+                                                                          eps=1e-4),
+    )  # fmt: skip
+    assert evaluate(big_eps, job_spec()) == ()
+
+
+def test_the_tier_needs_retention_plus_markers_plus_the_save_in_flight() -> None:
+    needed = (3 + 2 + 1) * CHECKPOINT
+    enough = TierFacts(name="local", path="/l", free_bytes=needed)
+    short = TierFacts(name="local", path="/l", free_bytes=needed - 1)
+    assert evaluate(clean_facts(tiers=(enough,)), job_spec()) == ()
+    _, _, line = only(clean_facts(tiers=(short,)))
+    assert "needs 6.0 GiB" in line
+    assert "checkpoints.local.retention" in line
+
+
+def test_a_size_limit_below_two_checkpoints_is_severe() -> None:
+    spec = job_spec(checkpoints={
+        "local": {"hostPath": "/nvme", "sizeLimit": "1500Mi"}, "pfs": {"claimName": "pfs"},
+    })  # fmt: skip
+    check, severity, line = only(clean_facts(), spec)
+    assert (check, severity) == ("tier-too-small", "Severe")
+    assert "sizeLimit 1500Mi cannot hold 2 checkpoints" in line
+
+
+def test_checkpoint_interval_against_the_lost_work_budget() -> None:
+    # Default rules: a Rollback goes back at least minStepsBeforeOnset = 100 steps.
+    over = job_spec(preflight={"maxLostSteps": 250})
+    check, severity, line = only(clean_facts(), over)
+    assert (check, severity) == ("checkpoint-interval-over-budget", "Severe")
+    assert "every 200 steps plus rollback.minStepsBeforeOnset 100 can lose 300" in line
+    assert "save at least every 150 steps" in line
+    assert evaluate(clean_facts(), job_spec(preflight={"maxLostSteps": 300})) == ()
+    declared = clean_facts(checkpoint_interval_steps=100)
+    assert evaluate(declared, over) == (), "the script's own interval wins over the spec's"
+    restart_only = job_spec(
+        preflight={"maxLostSteps": 150},
+        recovery={"rules": [{"name": "r", "onSignals": ["WorkerFailure"],
+                             "action": "RestartFromLatest"}]},
+    )  # fmt: skip
+    _, _, line = only(clean_facts(), restart_only)
+    assert "every 200 steps can lose 200" in line
+
+
+def test_severe_findings_come_first() -> None:
+    facts = clean_facts(optimizer=adam(beta2=0.999), max_grad_norm=None, data_shards=None)
+    found = evaluate(facts, job_spec())
+    assert [f.check for f in found] == ["no-clipping", "adam-beta2-high", "no-data-skipping"]
+    assert [f.severity for f in found] == [Severity.SEVERE, Severity.WARNING, Severity.WARNING]
+
+
+def test_quantities() -> None:
+    assert quantity_bytes("1Gi") == GIB
+    assert quantity_bytes("2T") == 2 * 10**12
+    assert quantity_bytes("1e9") == 10**9
+    assert quantity_bytes(512) == 512
+    with pytest.raises(ValueError, match="not a Kubernetes quantity"):
+        quantity_bytes("12 GB")
