@@ -101,7 +101,8 @@ def test_operator_with_the_chart_service_account_rolls_a_job_back(
     env = {"ST_STEP_SECONDS": "0.1", "ST_CKPT_EVERY": "5", "ST_STEPS": "30", "ST_NAN_AT": "17"}
     jobs.create(job_manifest("rbac", env, recovery={"rules": RULES}))
     try:
-        done = jobs.wait("rbac", lambda s: s.get("phase") == "Succeeded", 150, "the job to heal")
+        # kopf spends about a minute on its namespace and CRD fallbacks first (namespaced).
+        done = jobs.wait("rbac", lambda s: s.get("phase") == "Succeeded", 210, "the job to heal")
     except AssertionError as error:
         tail = "\n".join(chart_operator.log().splitlines()[-60:])
         raise AssertionError(f"{error}\noperator log (last 60 lines):\n{tail}") from None
