@@ -342,6 +342,7 @@ def test_the_operators_own_api_calls_succeed_with_the_service_account_token(
         assert kube.config_map_data(ns, naming.skip_ranges_config_map(name)) is not None
         for rank in range(spec.workers.nodes):
             assert kube.create(pods.build_pod(spec, ref, 1, rank, previous_node="node-a"))
+        assert len(kube.list_pods(ns, naming.job_selector(name))) == spec.workers.nodes
         # The status write (fenced by resourceVersion) and the Event of the decision.
         job = kube.get_job(ns, name)
         assert job is not None
