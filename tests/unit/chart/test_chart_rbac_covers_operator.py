@@ -1,0 +1,132 @@
+"""The chart's RBAC against the operator's source: every Kubernetes API call the operator
+makes (a `*_namespaced_*` method of the kubernetes client) and every kopf handler's watch
+is granted by the rendered Role. A new call in the operator without its rule fails here,
+long before a cluster refuses it with 403.
+
+The mapping is the kubernetes client's naming: create/get/list/delete/patch keep their verb,
+read is get, replace is update; `_status` is the status subresource.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+from stabletrain_operator.api.constants import GROUP, PLURAL
+from support.chart import render
+
+OPERATOR = Path(__file__).resolve().parents[3] / "operator" / "stabletrain_operator"
+CALL = re.compile(r"^(create|get|read|list|patch|replace|delete)_namespaced_(\w+?)(_status)?$")
+VERB = {"read": "get", "replace": "update"}
+CORE_RESOURCES = {
+    "pod": "pods",
+    "service": "services",
+    "config_map": "configmaps",
+    "secret": "secrets",
+    "event": "events",
+}
+KOPF_HANDLER_NEEDS = {"daemon": ("list", "watch", "patch"), "index": ("list", "watch")}
+"""What a kopf handler of that kind does with its resource: watch it (after a list), and
+for a daemon also patch it (progress annotations, the finalizer)."""
+
+Permission = tuple[str, str, str]  # (apiGroup, resource, verb)
+
+
+def operator_sources() -> list[Path]:
+    return [p for p in OPERATOR.rglob("*.py") if "cli" not in p.relative_to(OPERATOR).parts]
+
+
+def api_calls() -> set[Permission]:
+    needed: set[Permission] = set()
+    for path in operator_sources():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Attribute):
+                continue
+            match = CALL.match(node.attr)
+            if match is None:
+                continue
+            action, resource, status = match.groups()
+            verb = VERB.get(action, action)
+            if resource == "custom_object":
+                needed.add((GROUP, PLURAL + ("/status" if status else ""), verb))
+            else:
+                assert resource in CORE_RESOURCES, f"{path.name}: unmapped call {node.attr}"
+                needed.add(("", CORE_RESOURCES[resource] + ("/status" if status else ""), verb))
+    return needed
+
+
+def literal(node: ast.expr) -> str:
+    """A handler decorator's argument: a string, or one of the api constants by name."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    names = {"GROUP": GROUP, "PLURAL": PLURAL}
+    assert isinstance(node, ast.Name), ast.dump(node)
+    return names.get(node.id, node.id)
+
+
+def kopf_watches() -> set[Permission]:
+    needed: set[Permission] = set()
+    for path in operator_sources():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+                continue
+            owner = node.func.value
+            if not (isinstance(owner, ast.Name) and owner.id == "kopf"):
+                continue
+            verbs = KOPF_HANDLER_NEEDS.get(node.func.attr)
+            if verbs is None:
+                continue
+            group, _version, plural = (literal(arg) for arg in node.args[:3])
+            needed |= {(group, plural, verb) for verb in verbs}
+    return needed
+
+
+def granted(values: list[str]) -> set[Permission]:
+    rendered = render(sets=values)
+    roles = rendered.of_kind("Role") or rendered.of_kind("ClusterRole")
+    return {
+        (group, resource, verb)
+        for role in roles
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+        if "resourceNames" not in rule
+    }
+
+
+def test_the_scan_finds_the_operators_calls() -> None:
+    """The negative control: the scan is not vacuous."""
+    calls = api_calls()
+    assert ("", "secrets", "get") in calls
+    assert (GROUP, f"{PLURAL}/status", "patch") in calls
+    assert ("", "pods", "list") in kopf_watches()
+
+
+@pytest.mark.parametrize(
+    "values", [[], ["watchNamespaces={team-a}"]], ids=["cluster", "namespaced"]
+)
+def test_every_operator_call_is_granted(values: list[str]) -> None:
+    missing = (api_calls() | kopf_watches()) - granted(values)
+    assert missing == set(), f"the operator calls these, the chart does not grant them: {missing}"
+
+
+BEYOND_THE_CALLS = {
+    (GROUP, f"{PLURAL}/finalizers", "update"),
+    ("apiextensions.k8s.io", "customresourcedefinitions", "list"),
+    ("apiextensions.k8s.io", "customresourcedefinitions", "watch"),
+}
+"""Granted without a call in the source: blockOwnerDeletion on the children's owner
+references (checked by the OwnerReferencesPermissionEnforcement admission plugin), and
+kopf's CRD watch (cluster-wide installs)."""
+
+
+@pytest.mark.parametrize(
+    "values", [[], ["watchNamespaces={team-a}"]], ids=["cluster", "namespaced"]
+)
+def test_nothing_is_granted_that_the_operator_does_not_use(values: list[str]) -> None:
+    extra = granted(values) - (api_calls() | kopf_watches())
+    assert extra <= BEYOND_THE_CALLS, f"granted but never used: {extra - BEYOND_THE_CALLS}"
