@@ -4,8 +4,10 @@ alert and dashboard queries that name series the agent really exports."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -349,3 +351,41 @@ def test_the_promql_check_refuses_a_broken_expression() -> None:
     assert checked.returncode == 1
     assert checked.stdout.startswith("1: ")
     assert "parse error" in checked.stdout
+
+
+def operator_argv(out: Rendered) -> list[str]:
+    """The arguments the operator's entry point receives from the chart's container."""
+    operator = container(out)
+    if operator["command"][:2] == ["/bin/sh", "-c"]:
+        return [*operator["args"], "--priority=12345"]
+    assert operator["command"] == ["python", "-m", "stabletrain_operator"]
+    return list(operator["args"])
+
+
+def parse_operator_args(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The operator's own argument parser (stabletrain_operator.__main__) over `argv`."""
+    entry = importlib.import_module("stabletrain_operator.__main__")
+    monkeypatch.setattr(sys, "argv", ["stabletrain-operator", *argv])
+    return entry._arguments()
+
+
+def test_the_operator_accepts_the_charts_arguments(monkeypatch: pytest.MonkeyPatch) -> None:
+    out = render(sets=["watchNamespaces={team-a,team-b}", "operator.verbose=true"])
+    args = parse_operator_args(operator_argv(out), monkeypatch)
+    assert args.namespace == ["team-a", "team-b"]
+    assert args.metrics_port == container(out)["ports"][0]["containerPort"]
+    assert args.liveness == "http://0.0.0.0:8080/healthz"
+    assert args.peering is None
+    assert args.verbose is True
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=SystemExit,
+    reason="HA needs `--priority` in stabletrain_operator.__main__ (passed to kopf.run)",
+)
+def test_the_operator_accepts_the_ha_arguments(monkeypatch: pytest.MonkeyPatch) -> None:
+    out = render(values_files=(CLUSTER_ALL_ON,))
+    args = parse_operator_args(operator_argv(out), monkeypatch)
+    assert args.peering == "st-stabletrain"
+    assert args.priority == 12345
