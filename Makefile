@@ -47,8 +47,8 @@ test: $(STAMP) k8s-bins lint ## everything CI runs: lint, unit, integration and 
 crds: $(STAMP) ## regenerate crds/, the chart's CRD copy and docs/api.md from the pydantic models
 	$(PY) -m stabletrain_operator.api.crdgen
 
-demo: $(STAMP) k8s-bins ## the self-healing demo (placeholder until the end-to-end issue lands)
-	@echo "make demo: the self-healing demo arrives with the end-to-end issue; nothing to show yet."
+demo: $(STAMP) k8s-bins ## the self-healing demo: a tiny GPT, a poisoned shard, a rollback (timeline, Events, out/demo/*.png)
+	PYTHONPATH=tests $(PY) -m support.demo --out out/demo
 
 bench: $(STAMP) ## guard overhead vs the bare loop; replay vs the bare CSV parse; checkpoint I/O vs torch.save and cp
 	$(PY) bench/guard_overhead.py

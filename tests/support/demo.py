@@ -1,0 +1,185 @@
+"""`make demo`: a real tiny GPT heals itself from a poisoned shard, start to finish.
+
+Everything runs on this machine and is stopped on any exit (done, failure, Ctrl-C, SIGTERM):
+a real control plane (etcd, kube-apiserver, kube-controller-manager), the stabletrain CRD,
+the operator as its own process, two local nodes running the job's pods as real processes,
+and the example's StableTrainingJob exactly as `examples/tiny-gpt/stabletrainingjob.yaml`
+writes it (default detection, default policy, shard-0008 poisoned).
+
+It prints the phases as they happen, then the recovery timeline, `kubectl get stj` and the
+job's Events, and writes `out/demo/tiny-gpt-recovery.png` (loss against step with the
+baseline, the rollback and the skipped range), the metrics as a `stabletrain replay` CSV,
+and the operator's log. Run from `tests/`: `python -m support.demo [--out DIR]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from kubernetes import client, config
+
+from support.controlplane import ControlPlane, running_control_plane
+from support.localnode import LocalCluster
+from support.lossplot import plot_recovery
+from support.operator import Jobs, create_claim, install_crd, running_operator
+from support.timeline import Recorder, format_timeline, rollback_timeline
+from support.tinygpt import MANIFEST, REPO, StepLogs, job_manifest, write_replay_csv
+
+NAMESPACE = "demo"
+JOB = "tiny-gpt"
+TIMEOUT_S = 900
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def say(text: str) -> None:
+    print(text, flush=True)
+
+
+def make_namespace(api_client: client.ApiClient) -> None:
+    """The namespace, once kube-controller-manager made what pods need in it (the default
+    ServiceAccount and kube-root-ca.crt); admission rejects pods before that."""
+    core: Any = client.CoreV1Api(api_client)
+    core.create_namespace({"metadata": {"name": NAMESPACE}})
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        accounts = core.list_namespaced_service_account(NAMESPACE).items
+        maps = core.list_namespaced_config_map(NAMESPACE).items
+        if any(a.metadata.name == "default" for a in accounts) and any(
+            m.metadata.name == "kube-root-ca.crt" for m in maps
+        ):
+            create_claim(core, NAMESPACE)
+            return
+        time.sleep(0.2)
+    raise RuntimeError(f"namespace {NAMESPACE}: no default ServiceAccount after 60 s")
+
+
+def follow(jobs: Jobs) -> dict[str, Any]:
+    """Print each phase change with the step and loss the operator last scraped."""
+    last = ""
+    began = time.monotonic()
+    while time.monotonic() - began < TIMEOUT_S:
+        status = jobs.status(JOB)
+        phase = str(status.get("phase", ""))
+        if phase and phase != last:
+            loss = status.get("loss")
+            shown = f"loss {loss:.3f}" if isinstance(loss, float) else "loss -"
+            say(f"  [{time.monotonic() - began:6.1f} s] {phase:<12} attempt "
+                f"{status.get('attempt', 0)}, step {status.get('step', '-')}, {shown}")  # fmt: skip
+            last = phase
+        if phase in ("Succeeded", "Failed"):
+            return status
+        time.sleep(0.25)
+    raise RuntimeError(f"the job did not finish within {TIMEOUT_S} s (last phase {last})")
+
+
+def kubectl(plane: ControlPlane, *args: str) -> str:
+    done = subprocess.run(
+        plane.kubectl(*args), capture_output=True, text=True, timeout=60, check=False
+    )
+    return done.stdout + done.stderr
+
+
+def keep_artifacts(cluster: LocalCluster, jobs: Jobs, out: Path) -> None:
+    """The job's last status and every container's log, for a look after the demo."""
+    with contextlib.suppress(client.ApiException):
+        (out / "status.json").write_text(json.dumps(jobs.status(JOB), indent=1))
+    for node in cluster.node_names:
+        logs = cluster.node_dir(node) / "logs"
+        if logs.exists():
+            shutil.copytree(logs, out / "pod-logs" / node, dirs_exist_ok=True)
+
+
+def run(out: Path, work: Path) -> int:
+    say("stabletrain demo: a tiny GPT on Shakespeare, 2 nodes x 1 rank, shard-0008 poisoned")
+    say("starting a control plane (etcd, kube-apiserver, kube-controller-manager) ...")
+    with contextlib.ExitStack() as stack:
+        plane = stack.enter_context(running_control_plane())
+        api_client: Any = config.new_client_from_config(config_file=str(plane.kubeconfig))  # type: ignore[no-untyped-call]
+        stack.callback(api_client.close)
+        install_crd(plane)
+        make_namespace(api_client)
+        say("starting the local nodes node-a and node-b, and the operator ...")
+        cluster = stack.enter_context(LocalCluster(api_client, root=work / "localnode"))
+        operator_log = out / "operator.log"
+        stack.enter_context(running_operator(plane, api_client, NAMESPACE, operator_log))
+        recorder = stack.enter_context(Recorder(api_client, NAMESPACE, JOB))
+        jobs = Jobs(api_client, NAMESPACE)
+        stack.callback(keep_artifacts, cluster, jobs, out)
+        jobs.create(job_manifest(JOB))
+        say(f"created StableTrainingJob {NAMESPACE}/{JOB} from {MANIFEST.relative_to(REPO)}")
+        status = follow(jobs)
+        recorder.stop()
+        logs = StepLogs(cluster.shared_dir, NAMESPACE)
+        say("")
+        if status.get("phase") != "Succeeded" or not status.get("rollbackHistory"):
+            say(f"the job ended {status.get('phase')} without healing; status: {status}")
+            say(kubectl(plane, "get", "events", "-n", NAMESPACE))
+            return 1
+        for number, record in enumerate(status["rollbackHistory"], 1):
+            say(f"  decision {number}: {json.dumps(record)}")
+        entry = status["rollbackHistory"][0]
+        skipped = ", ".join(f"steps {s['first']}-{s['last']}" for s in entry["skipped"])
+        say(
+            f"rollback: {entry['signal']} ({entry.get('anomalyClass')}) with onset at step "
+            f"{entry['onsetStep']}, tripped at step {entry['fromStep']}, resumed from step "
+            f"{entry['toStep']}, LR scale {entry['lrScale']}, skipped {skipped}"
+        )
+        resumed = logs.steps(entry["attempt"])
+        poisoned = sum(r["poisoned"] for r in resumed)
+        last = resumed[-1]
+        say(
+            f"attempt {entry['attempt']} read {poisoned} poisoned batches and finished at step "
+            f"{last['step']}, loss {last['loss']:.3f}"
+        )
+        say("\nrecovery timeline (seconds after the first anomalous step):")
+        say(format_timeline(rollback_timeline(recorder, logs)))
+        say(f"\n$ kubectl get stj -n {NAMESPACE}")
+        say(kubectl(plane, "get", "stj", "-n", NAMESPACE).rstrip())
+        selector = f"involvedObject.name={JOB}"
+        say(f"\n$ kubectl get events -n {NAMESPACE} --field-selector {selector}")
+        order = "--sort-by=.metadata.creationTimestamp"
+        events = kubectl(
+            plane, "get", "events", "-n", NAMESPACE, order, "--field-selector", selector
+        )
+        say(events.rstrip())
+        png = out / "tiny-gpt-recovery.png"
+        plot_recovery(logs, status, png, "tiny GPT on Shakespeare: a poisoned shard, healed")
+        csv = out / "tiny-gpt-metrics.csv"
+        rows = write_replay_csv(logs, csv)
+        say(f"\nwrote {png}")
+        say(f"wrote {csv} ({rows} rows; try: stabletrain replay {csv})")
+        say(f"wrote {operator_log}")
+        say("stopping the operator, the nodes and the control plane ...")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=REPO / "out" / "demo")
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, _interrupt)
+    args.out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="stabletrain-demo-") as work:
+        try:
+            return run(args.out.resolve(), Path(work))
+        except KeyboardInterrupt:
+            say("interrupted: everything the demo started has been stopped")
+            return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
