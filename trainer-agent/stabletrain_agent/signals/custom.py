@@ -40,6 +40,9 @@ class CustomDetector:
         self._baseline_config = baseline
         self._baseline = Baseline(baseline.ema_factor, baseline.window, baseline.min_samples)
         self._streak = Streak()
+        self.last: CustomReading | None = None
+        """The latest judged reading: a step that does not report the series still stands
+        by it, so a sparse series that is anomalous keeps firing between its reports."""
 
     @property
     def config(self) -> CustomSignalConfig:
@@ -59,10 +62,12 @@ class CustomDetector:
         config = self._config
         relative = config.kind is ThresholdKind.RELATIVE_JUMP
         if not math.isfinite(value) or step < self._baseline_config.warmup_steps:
+            self.last = None
             return None
         ema = self._baseline.ema
         if relative and (ema is None or not self._baseline.ready):
             self._baseline.accept(value)
+            self.last = None
             return None
         anomalous = config.breached(value, ema)
         if anomalous:
@@ -71,7 +76,7 @@ class CustomDetector:
             self._streak.clear()
             self._baseline.accept(value)
         threshold = config.threshold * ema if relative and ema is not None else config.threshold
-        return CustomReading(
+        self.last = CustomReading(
             value=value,
             baseline=ema,
             anomalous=anomalous,
@@ -80,6 +85,7 @@ class CustomDetector:
             onset_step=self._streak.onset,
             sustained=self._streak.count >= config.consecutive_steps,
         )
+        return self.last
 
     def state_dict(self) -> dict[str, Any]:
         return {"baseline": self._baseline.state_dict(), "streak": self._streak.state_dict()}

@@ -198,9 +198,7 @@ class SignalMonitor:
 
         for detector in self._custom.values():
             value = obs.custom.get(detector.config.metric_key)
-            if value is None:
-                continue
-            custom = detector.observe(obs.step, value)
+            custom = detector.last if value is None else detector.observe(obs.step, value)
             if custom is not None and custom.anomalous:
                 findings.append(_custom_finding(detector.config, custom))
 
