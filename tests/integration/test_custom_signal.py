@@ -1,0 +1,116 @@
+"""A custom signal end to end: a real PyTorch run on the local node reports its validation
+loss through `guard.observe`, the loss really rises after its held-out targets drift, and
+the operator takes the configured action from the agent's report (status, Event, metric).
+The run's own recorded history (the CSV its rank 0 wrote) replayed by `stabletrain replay`
+with the same policy gives the same decision."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from support.localnode import LocalCluster
+from support.operator import REPO, Jobs, OperatorProcess, job_manifest
+
+WORKER = REPO / "tests" / "support" / "workloads" / "guarded_worker.py"
+DETECTION = {
+    "baseline": {"warmupSteps": 3, "minSamples": 3, "emaFactor": 0.3},
+    "custom": [
+        {"name": "val_loss_jump", "metric": "val_loss", "kind": "RelativeJump",
+         "threshold": 1.15, "consecutiveSteps": 2},
+    ],
+}  # fmt: skip
+RUN = {"ST_STEP_SECONDS": "0.2", "ST_VAL_EVERY": "2", "ST_VAL_SHIFT_AT": "30"}
+STABLETRAIN = Path(sys.executable).with_name("stabletrain")
+
+
+def guarded_job(name: str, env: dict[str, str], rule: dict[str, Any]) -> dict[str, Any]:
+    manifest = job_manifest(
+        name, {**RUN, **env, "ST_METRICS_CSV": f"{name}.csv"},
+        recovery={"rules": [rule]}, detection=DETECTION,
+    )  # fmt: skip
+    container = manifest["spec"]["workers"]["template"]["spec"]["containers"][0]
+    container["command"] = ["torchrun", str(WORKER)]
+    return manifest
+
+
+def replay(tmp_path: Path, csv: Path, rule: dict[str, Any]) -> list[dict[str, Any]]:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(yaml.safe_dump({"detection": DETECTION, "recovery": {"rules": [rule]}}))
+    done = subprocess.run(
+        [str(STABLETRAIN), "replay", "--json", "--policy", str(policy), str(csv)],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    print(f"replay stderr: {done.stderr.strip()}")
+    return [json.loads(line) for line in done.stdout.splitlines()]
+
+
+def alerts_metric(operator: OperatorProcess, signal: str) -> float:
+    pattern = r'stabletrain_operator_alerts_total\{signal="' + re.escape(signal) + r'"\} (\S+)'
+    found = re.search(pattern, operator.metrics())
+    return float(found.group(1)) if found else 0.0
+
+
+def test_validation_loss_jump_alerts_and_replay_alerts_the_same(
+    operator: OperatorProcess, jobs: Jobs, job_namespace: str, local_cluster: LocalCluster,
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    rule = {"name": "validation-loss", "onSignals": ["custom:val_loss_jump"], "action": "Alert"}
+    jobs.create(guarded_job("val", {"ST_STEPS": "45"}, rule))
+
+    done = jobs.wait("val", lambda s: s.get("phase") == "Succeeded", 150, "the run to finish")
+    healthy = {c["type"]: c for c in done["conditions"]}["Healthy"]
+    assert done["counters"]["alerts"] == 1, "one Alert for the one episode"
+    assert healthy["reason"] == "Alerted"
+    assert healthy["message"].startswith("custom:val_loss_jump: rule validation-loss alerts")
+    alerted = [e for e in jobs.events("val") if e["reason"] == "Alerted"]
+    assert len(alerted) == 1
+    assert alerted[0]["type"] == "Warning"
+    live = re.search(r"alerts on (\S+) \((\w+)\) at step (\d+)", alerted[0]["message"])
+    assert live is not None, alerted[0]["message"]
+    assert alerts_metric(operator, "custom:val_loss_jump") == 1
+    assert not done.get("rollbackHistory"), "an Alert changes nothing in the run"
+
+    csv = local_cluster.shared_dir / job_namespace / "pfs" / "val.csv"
+    (decision,) = replay(tmp_path, csv, rule)
+    assert (decision["action"], decision["rule"]) == ("Alert", "validation-loss")
+    assert (decision["signal"], decision["class"]) == (live.group(1), live.group(2))
+    assert decision["onset"] == 30, "the step the held-out targets drifted"
+    assert decision["step"] <= int(live.group(3)) <= 45, (
+        "the operator alerts on the first scrape after the agent's finding is sustained"
+    )
+    print(f"live: {alerted[0]['message']!r}; replay: {decision}")
+
+
+def test_custom_signal_trip_fails_the_job_at_the_step_replay_decides(
+    operator: OperatorProcess, jobs: Jobs, job_namespace: str, local_cluster: LocalCluster,
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    rule = {"name": "validation-loss", "onSignals": ["custom:val_loss_jump"], "action": "Fail"}
+    jobs.create(guarded_job("valfail", {"ST_STEPS": "60"}, rule))
+
+    failed = jobs.wait("valfail", lambda s: s.get("phase") == "Failed", 150, "the job to fail")
+    conditions = {c["type"]: c for c in failed["conditions"]}
+    assert conditions["Failed"]["status"] == "True"
+    trip = failed["lastTrip"]
+    assert trip["signal"] == "custom:val_loss_jump"
+    assert failed["counters"]["trips"] == 1
+    assert jobs.pods("valfail") == [], "a failed job keeps no pods"
+    reasons = [e["reason"] for e in jobs.events("valfail")]
+    assert conditions["Failed"]["reason"] in reasons
+
+    csv = local_cluster.shared_dir / job_namespace / "pfs" / "valfail.csv"
+    (decision,) = replay(tmp_path, csv, rule)
+    assert (decision["action"], decision["rule"], decision["signal"]) == (
+        "Fail", "validation-loss", "custom:val_loss_jump",
+    )  # fmt: skip
+    assert (decision["step"], decision["onset"]) == (trip["step"], trip["onsetStep"])
+    assert decision["class"] == trip["anomalyClass"]
+    assert decision["reason"] == conditions["Failed"]["reason"]
+    print(f"live trip: step {trip['step']} onset {trip['onsetStep']}; replay: {decision}")
