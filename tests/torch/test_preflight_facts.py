@@ -64,6 +64,17 @@ def test_no_scheduler_means_unknown_warmup_and_constant_peak() -> None:
     assert probe_schedule(optimizer, None) == (None, 0.1)
 
 
+def test_a_scheduler_that_cannot_step_alone_is_unknown_and_never_fails_the_run() -> None:
+    net = model()
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+    plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer)
+    facts = gather_facts(
+        net, optimizer, scheduler=plateau, scaler=None, max_grad_norm=1.0, data=None
+    )
+    assert (facts.warmup_steps, facts.peak_lr) == (None, 0.1)
+    assert facts.scheduler == "ReduceLROnPlateau"
+
+
 def test_constant_schedule_reports_no_warmup() -> None:
     optimizer = torch.optim.SGD(model().parameters(), lr=0.1)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0)

@@ -187,9 +187,14 @@ class Guard:
             exporter.start()
         guard = cls(model, optimizer, directives=source, exporter=exporter, **options)
         if exporter is not None:
-            exporter.set_preflight(
-                guard.preflight_facts(warmup_steps=warmup_steps, checkpoint_interval_steps=interval)
-            )
+            try:
+                facts = guard.preflight_facts(
+                    warmup_steps=warmup_steps, checkpoint_interval_steps=interval
+                )
+            except Exception as error:  # the facts are advice; training goes on without them
+                print(f"stabletrain: preflight facts not gathered: {error!r}", file=sys.stderr)
+            else:
+                exporter.set_preflight(facts)
         return guard
 
     def preflight_facts(

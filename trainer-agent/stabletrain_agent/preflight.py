@@ -53,24 +53,33 @@ def probe_schedule(
 
     The warm-up is the first step at which the LR reaches its maximum over the probe, so a
     schedule that starts at its peak reports 0. Without a scheduler the LR is constant: the
-    warm-up is unknown (None) and the peak is the optimizer's LR.
+    warm-up is unknown (None) and the peak is the optimizer's LR. A scheduler that cannot be
+    copied or stepped alone (ReduceLROnPlateau wants a metric) is unknown too: gathering
+    facts must never stop a run.
     """
     lr_now = float(optimizer.param_groups[0]["lr"])
     if scheduler is None:
         return None, lr_now
-    probe_scheduler = copy.deepcopy(scheduler)
-    probe_optimizer = probe_scheduler.optimizer
-    peak, peak_step = float(probe_optimizer.param_groups[0]["lr"]), 0
-    with warnings.catch_warnings():
-        # "scheduler.step() before optimizer.step()": the probe never steps the optimizer.
-        warnings.simplefilter("ignore", UserWarning)
-        for step in range(1, WARMUP_PROBE_STEPS + 1):
-            probe_scheduler.step()
-            lr = float(probe_optimizer.param_groups[0]["lr"])
-            if lr > peak * (1 + 1e-9):
-                peak, peak_step = lr, step
-            elif step - peak_step >= PLATEAU_STEPS:
-                break
+    # The parameters (and any optimizer state) are shared with the copy, never duplicated:
+    # a copy of a large model's weights would cost its memory a second time.
+    shared: dict[int, Any] = {id(p): p for g in optimizer.param_groups for p in g["params"]}
+    shared.update({id(s): s for s in optimizer.state.values()})
+    try:
+        probe_scheduler = copy.deepcopy(scheduler, shared)
+        probe_optimizer = probe_scheduler.optimizer
+        peak, peak_step = float(probe_optimizer.param_groups[0]["lr"]), 0
+        with warnings.catch_warnings():
+            # "scheduler.step() before optimizer.step()": the probe never steps the optimizer.
+            warnings.simplefilter("ignore", UserWarning)
+            for step in range(1, WARMUP_PROBE_STEPS + 1):
+                probe_scheduler.step()
+                lr = float(probe_optimizer.param_groups[0]["lr"])
+                if lr > peak * (1 + 1e-9):
+                    peak, peak_step = lr, step
+                elif step - peak_step >= PLATEAU_STEPS:
+                    break
+    except Exception:
+        return None, lr_now
     return peak_step, peak
 
 
@@ -160,6 +169,7 @@ def gather_facts(
     return PreflightFacts(
         max_grad_norm=max_grad_norm,
         warmup_steps=warmup_steps if warmup_steps is not None else probed_warmup,
+        scheduler=None if scheduler is None else type(scheduler).__name__,
         peak_lr=peak,
         precision=precision_of(model, scaler),
         grad_scaler=scaler is not None and scaler.is_enabled(),

@@ -63,6 +63,14 @@ def no_clipping(facts: PreflightFacts, _: StableTrainingJobSpec) -> Finding | No
 
 
 def no_warmup(facts: PreflightFacts, _: StableTrainingJobSpec) -> Finding | None:
+    if facts.warmup_steps is None and facts.scheduler is not None:
+        return Finding(
+            "no-warmup",
+            Severity.WARNING,
+            f"the warm-up of {facts.scheduler} could not be probed (it cannot be stepped "
+            "without arguments)",
+            "declare warmup_steps=N to Guard.from_env, or warm up with a scheduler",
+        )
     if facts.warmup_steps is None:
         return Finding(
             "no-warmup",

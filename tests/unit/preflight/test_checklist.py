@@ -84,6 +84,10 @@ def test_a_clean_configuration_produces_no_finding() -> None:
         ({"max_grad_norm": None}, "no-clipping", "Severe", "not clipped"),
         ({"warmup_steps": 0}, "no-warmup", "Warning", "peak LR 0.0003"),
         ({"warmup_steps": None}, "no-warmup", "Warning", "no LR scheduler"),
+        (
+            {"warmup_steps": None, "scheduler": "ReduceLROnPlateau"},
+            "no-warmup", "Warning", "ReduceLROnPlateau could not be probed",
+        ),
         ({"precision": Precision.FP16}, "fp16-static-loss-scale", "Severe", "underflow"),
         (
             {"precision": Precision.FP16, "grad_scaler": True, "dynamic_loss_scale": True,

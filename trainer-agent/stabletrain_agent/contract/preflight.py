@@ -66,8 +66,10 @@ class PreflightFacts(ContractModel):
     """The Guard's clipping bound; null means gradients are not clipped."""
     warmup_steps: int | None = Field(default=None, ge=0)
     """Steps until the scheduler's LR first reaches its peak (probed on a copy of the
-    scheduler); 0 means the first step already runs at the peak; null: no scheduler and
-    no value given, so unknown."""
+    scheduler); 0 means the first step already runs at the peak; null: unknown (no
+    scheduler, or one that cannot be stepped without arguments, and no value given)."""
+    scheduler: str | None = Field(default=None, max_length=128)
+    """Class name of the LR scheduler attached to the Guard; null when there is none."""
     peak_lr: float | None = Field(default=None, ge=0.0)
     """Highest LR seen while probing (or the optimizer's LR without a scheduler)."""
     precision: Precision = Precision.FP32
