@@ -9,14 +9,26 @@ re-warms over 100 steps and skips the data of [onset - 50, onset + 250].
 
 from __future__ import annotations
 
+import json
 import statistics
+import subprocess
+import sys
+from pathlib import Path
 
+import pytest
 from kubernetes import client
 
+from stabletrain_operator.api.spec import default_rules
 from support.localnode import LocalCluster
-from support.operator import Jobs, OperatorProcess
+from support.operator import Jobs
 from support.timeline import Recorder, format_timeline, rollback_timeline
-from support.tinygpt import StepLogs, job_manifest, shard_batches
+from support.tinygpt import (
+    StepLogs,
+    expected_decisions,
+    job_manifest,
+    shard_batches,
+    write_replay_csv,
+)
 
 POISONED = 8
 RECOVERY_STEPS = 40
@@ -25,12 +37,13 @@ baseline within this many steps. Measured on this machine: 19 (the resumed run s
 step 25's weights at a loss ~15% above the baseline of step 128, with the LR ramping up)."""
 
 
+@pytest.mark.usefixtures("operator")
 def test_poisoned_shard_heals_with_the_default_policy(
-    operator: OperatorProcess,
     jobs: Jobs,
     job_namespace: str,
     local_cluster: LocalCluster,
     api_client: client.ApiClient,
+    tmp_path: Path,
 ) -> None:
     logs = StepLogs(local_cluster.shared_dir, job_namespace)
     with Recorder(api_client, job_namespace, "poisoned") as recorder:
@@ -89,6 +102,22 @@ def test_poisoned_shard_heals_with_the_default_policy(
     assert phases[phases.index("Stopping") :] == [
         "Stopping", "Planning", "Relaunching", "Confirming", "Running", "Succeeded",
     ]  # fmt: skip
+    # `stabletrain replay` on this run's metrics decides what the live agent and operator did.
+    csv = tmp_path / "metrics.csv"
+    write_replay_csv(logs, csv)
+    replayed = subprocess.run(
+        [str(Path(sys.executable).parent / "stabletrain"), "replay", "--json", str(csv)],
+        capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    decisions = [json.loads(line) for line in replayed.stdout.splitlines() if line.strip()]
+    rules = [r.model_dump(mode="json", by_alias=True) for r in default_rules()]
+    (expected,) = expected_decisions(done, rules)
+    (decision,) = decisions
+    assert {key: decision[key] for key in expected} == expected
+    assert decision["lr_scale"] == entry["lrScale"]
+    assert decision["skip"] == [[skip["first"], skip["last"]]]
+    assert entry["toStep"] <= decision["target_step_at_most"]
+
     timeline = rollback_timeline(recorder, logs)
     print(f"\nrecovered within {back} steps of resuming (baseline {baseline:.3f})")
     print(format_timeline(timeline))

@@ -1,0 +1,94 @@
+"""The tiny GPT's accidents that are not the data's fault: NaN losses and a killed rank.
+
+A NaN that lasts (3 steps, the default nonFinite.consecutiveSteps) is a numerical fault:
+the default policy rolls back with the LR halved, and the guard keeps every NaN update out
+of the weights meanwhile. A rank killed by SIGKILL is an infrastructure fault: the default
+policy restarts from the newest checkpoint with the LR and the data unchanged, and the data
+helper resumes at the exact batch the checkpoint recorded.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from support.localnode import LocalCluster
+from support.operator import Jobs, OperatorProcess
+from support.tinygpt import StepLogs, job_manifest
+
+HEALTHY = {"TINYGPT_POISON_SHARDS": None}
+
+
+def finished(status: dict[str, object]) -> bool:
+    return status.get("phase") in ("Succeeded", "Failed")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="operator bug: reconcile._status_json keeps the trip report's NaN value "
+    "(model_dump(mode='json') leaves float('nan')), the status patch body carries a bare NaN, "
+    "the API server answers 400 and the operator retries it forever; the job stays Running",
+)
+def test_sustained_nan_rolls_back_and_no_update_reaches_the_weights(
+    operator: OperatorProcess, jobs: Jobs, job_namespace: str, local_cluster: LocalCluster
+) -> None:
+    env = {**HEALTHY, "TINYGPT_STEPS": "200", "TINYGPT_NAN_AT": "130", "TINYGPT_NAN_STEPS": "3"}
+    jobs.create(job_manifest("nan", env))
+    jobs.wait("nan", lambda s: s.get("counters", {}).get("trips"), 150, "the NaN trip recorded")
+    done = jobs.wait("nan", finished, 420, "the job to heal")
+    assert done["phase"] == "Succeeded", done.get("conditions")
+    (entry,) = done["rollbackHistory"]
+    assert (entry["signal"], entry["rule"], entry["onsetStep"]) == ("NonFinite", "non-finite", 130)
+    assert entry["fromStep"] == 132, "the third NaN step in a row trips"
+    assert entry["toStep"] == 25, "default: the newest stable checkpoint >= 100 steps before"
+    assert entry["lrScale"] == 0.5
+    logs = StepLogs(local_cluster.shared_dir, job_namespace)
+    first, resumed = logs.steps(0), logs.steps(1)
+    nan_steps = [r["step"] for r in first if not math.isfinite(r["loss"])]
+    assert nan_steps == [130, 131, 132]
+    # The weights stayed finite: the last finite loss before the NaNs and the checkpoint
+    # resumed are healthy, and the resumed run (without the fault) never sees a NaN.
+    assert all(math.isfinite(r["loss"]) for r in resumed)
+    assert resumed[0]["step"] == 26
+    assert resumed[-1]["step"] == 200
+    lr_before = {r["step"]: r["lr"] for r in first}
+    for step in (126, 127, 128):
+        after = next(r["lr"] for r in resumed if r["step"] == step)
+        assert abs(after / lr_before[step] - 0.5) < 1e-6, (step, after, lr_before[step])
+    print(f"\nNaN rollback: {entry}")
+
+
+def test_killed_rank_restarts_from_the_latest_checkpoint_with_the_lr_unchanged(
+    operator: OperatorProcess, jobs: Jobs, job_namespace: str, local_cluster: LocalCluster
+) -> None:
+    env = {**HEALTHY, "TINYGPT_STEPS": "120", "TINYGPT_KILL_AT": "70", "TINYGPT_KILL_RANK": "1"}
+    jobs.create(job_manifest("killed", env))
+    done = jobs.wait("killed", finished, 420, "the job to restart and finish")
+    assert done["phase"] == "Succeeded", done.get("conditions")
+    (entry,) = done["rollbackHistory"]
+    assert (entry["action"], entry["signal"], entry["rule"]) == (
+        "RestartFromLatest", "WorkerFailure", "infrastructure",
+    )  # fmt: skip
+    print(f"\nrestart: {entry}")
+    # RestartFromLatest may leave the step to the agent ("the newest complete checkpoint");
+    # either way the ranks restored step 50, the newest before the kill at step 70.
+    assert entry.get("toStep") in (None, 50)
+    assert entry["lrScale"] == 1.0
+    assert entry["skipped"] == []
+    assert done["counters"]["restarts"] == 1
+    assert done["counters"]["rollbacks"] == 0
+    logs = StepLogs(local_cluster.shared_dir, job_namespace)
+    first, resumed = logs.steps(0), logs.steps(1)
+    assert first[-1]["step"] == 69, "rank 1 died before step 70 finished anywhere"
+    start = logs.events(1)[0]
+    assert (start["event"], start["restored_step"], start["lr_scale"]) == ("start", 50, 1.0)
+    assert resumed[0]["step"] == 51
+    # The same steps read the same batches and used the same LR: nothing changed but time.
+    before = {r["step"]: r for r in first}
+    for record in resumed:
+        if record["step"] in before:
+            assert record["batch"] == before[record["step"]]["batch"]
+            assert record["lr"] == before[record["step"]]["lr"]
+            assert record["lr_scale"] == 1.0
+    assert resumed[-1]["step"] == 120
