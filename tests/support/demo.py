@@ -23,6 +23,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -43,6 +45,11 @@ TIMEOUT_S = 900
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
+
+
+def stop_on_sigterm() -> None:
+    """SIGTERM unwinds like Ctrl-C, so every process started is stopped on the way out."""
+    signal.signal(signal.SIGTERM, _interrupt)
 
 
 def say(text: str) -> None:
@@ -67,11 +74,11 @@ def make_namespace(api_client: client.ApiClient) -> None:
     raise RuntimeError(f"namespace {NAMESPACE}: no default ServiceAccount after 60 s")
 
 
-def follow(jobs: Jobs) -> dict[str, Any]:
+def follow(jobs: Jobs, timeout: float = TIMEOUT_S) -> dict[str, Any]:
     """Print each phase change with the step and loss the operator last scraped."""
     last = ""
     began = time.monotonic()
-    while time.monotonic() - began < TIMEOUT_S:
+    while time.monotonic() - began < timeout:
         status = jobs.status(JOB)
         phase = str(status.get("phase", ""))
         if phase and phase != last:
@@ -83,7 +90,7 @@ def follow(jobs: Jobs) -> dict[str, Any]:
         if phase in ("Succeeded", "Failed"):
             return status
         time.sleep(0.25)
-    raise RuntimeError(f"the job did not finish within {TIMEOUT_S} s (last phase {last})")
+    raise RuntimeError(f"the job did not finish within {timeout} s (last phase {last})")
 
 
 def kubectl(plane: ControlPlane, *args: str) -> str:
@@ -103,10 +110,22 @@ def keep_artifacts(cluster: LocalCluster, jobs: Jobs, out: Path) -> None:
             shutil.copytree(logs, out / "pod-logs" / node, dirs_exist_ok=True)
 
 
-def run(out: Path, work: Path) -> int:
-    say("stabletrain demo: a tiny GPT on Shakespeare, 2 nodes x 1 rank, shard-0008 poisoned")
-    say("starting a control plane (etcd, kube-apiserver, kube-controller-manager) ...")
+@dataclass
+class Stage:
+    """Everything a healing run needs, started; see `stage()`."""
+
+    plane: ControlPlane
+    cluster: LocalCluster
+    jobs: Jobs
+    recorder: Recorder
+
+
+@contextlib.contextmanager
+def stage(work: Path, out: Path, manifest: dict[str, Any]) -> Iterator[Stage]:
+    """Control plane, CRD, namespace, local nodes, operator, a recorder on the job, and
+    the job created; all of it stopped again, in reverse order, however the block ends."""
     with contextlib.ExitStack() as stack:
+        say("starting a control plane (etcd, kube-apiserver, kube-controller-manager) ...")
         plane = stack.enter_context(running_control_plane())
         api_client: Any = config.new_client_from_config(config_file=str(plane.kubeconfig))  # type: ignore[no-untyped-call]
         stack.callback(api_client.close)
@@ -119,7 +138,18 @@ def run(out: Path, work: Path) -> int:
         recorder = stack.enter_context(Recorder(api_client, NAMESPACE, JOB))
         jobs = Jobs(api_client, NAMESPACE)
         stack.callback(keep_artifacts, cluster, jobs, out)
-        jobs.create(job_manifest(JOB))
+        jobs.create(manifest)
+        yield Stage(plane, cluster, jobs, recorder)
+        say("stopping the operator, the nodes and the control plane ...")
+
+
+def run(out: Path, work: Path) -> int:
+    say("stabletrain demo: a tiny GPT on Shakespeare, 2 nodes x 1 rank, shard-0008 poisoned")
+    with stage(work, out, job_manifest(JOB)) as staged:
+        plane, cluster, jobs, recorder = (
+            staged.plane, staged.cluster, staged.jobs, staged.recorder,
+        )  # fmt: skip
+        operator_log = out / "operator.log"
         say(f"created StableTrainingJob {NAMESPACE}/{JOB} from {MANIFEST.relative_to(REPO)}")
         status = follow(jobs)
         recorder.stop()
@@ -163,7 +193,6 @@ def run(out: Path, work: Path) -> int:
         say(f"\nwrote {png}")
         say(f"wrote {csv} ({rows} rows; try: stabletrain replay {csv})")
         say(f"wrote {operator_log}")
-        say("stopping the operator, the nodes and the control plane ...")
     return 0
 
 
@@ -171,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=REPO / "out" / "demo")
     args = parser.parse_args(argv)
-    signal.signal(signal.SIGTERM, _interrupt)
+    stop_on_sigterm()
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="stabletrain-demo-") as work:
         try:
