@@ -37,7 +37,7 @@ def run() -> None:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    logging.getLogger("kopf").setLevel(logging.INFO if args.verbose else logging.WARNING)
+    logging.getLogger("kopf").setLevel(logging.DEBUG if args.verbose else logging.WARNING)
     importlib.import_module("stabletrain_operator.main")  # registers the handlers
     metrics.serve(args.metrics_port)
     kopf.run(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -202,8 +203,25 @@ def _put_live(token: str | None, step: Step, facts: list[PodFacts]) -> None:
                          result.ack.message)  # fmt: skip
 
 
-def _status_json(status: StableTrainingJobStatus) -> dict[str, Any]:
-    data: dict[str, Any] = status.model_dump(mode="json", by_alias=True)
+def _finite(value: Any) -> Any:
+    """The value with every NaN or infinity replaced by null, recursively.
+
+    A trip report's `value` is NaN for a NonFinite trip; JSON has no NaN, and the API server
+    refuses a status patch that carries one (HTTP 400), which would stall the job. The
+    schema's numbers are nullable, and the evidence text still says what was seen.
+    """
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_finite(item) for item in value]
+    return value
+
+
+def status_json(status: StableTrainingJobStatus) -> dict[str, Any]:
+    """The status as the API server accepts it: camelCase, JSON types, no NaN."""
+    data: dict[str, Any] = _finite(status.model_dump(mode="json", by_alias=True))
     return data
 
 
@@ -259,7 +277,7 @@ async def tick(kube: Kube, key: JobKey, indexed: Iterable[PodFacts], memory: Job
     if step.status != status:
         resource_version = job["metadata"]["resourceVersion"]
         await asyncio.to_thread(
-            kube.write_status, key.namespace, key.name, resource_version, _status_json(step.status)
+            kube.write_status, key.namespace, key.name, resource_version, status_json(step.status)
         )
         if step.status.phase is not status.phase:
             _log.info("job %s: %s -> %s", key.name, status.phase, step.status.phase)

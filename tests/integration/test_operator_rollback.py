@@ -4,12 +4,9 @@ under torchrun, the operator runs as a separate process and decides from trip re
 from __future__ import annotations
 
 import json
-import re
-from pathlib import Path
-from typing import Any
 
 from support.localnode import LocalCluster
-from support.operator import Jobs, OperatorProcess, job_manifest
+from support.operator import Jobs, OperatorProcess, job_manifest, metric, worker_log
 
 ROLLBACK = {"minStepsBeforeOnset": 5, "skipStepsBeforeOnset": 2, "skipStepsAfterOnset": 5,
             "rewarmupSteps": 3}  # fmt: skip
@@ -19,18 +16,6 @@ RULES = [
     {"name": "infra", "onSignals": ["WorkerFailure"], "action": "RestartFromLatest"},
 ]
 STEP = {"ST_STEP_SECONDS": "0.1", "ST_CKPT_EVERY": "5"}
-
-
-def worker_log(cluster: LocalCluster, namespace: str, attempt: int, rank: int) -> list[Any]:
-    path = cluster.shared_dir / namespace / "pfs" / "log" / f"attempt-{attempt}-rank-{rank}.jsonl"
-    return [json.loads(line) for line in Path(path).read_text().splitlines()]
-
-
-def metric(operator: OperatorProcess, name: str, **labels: str) -> float:
-    wanted = ",".join(f'{k}="{v}"' for k, v in labels.items())
-    pattern = re.escape(name) + (r"\{" + re.escape(wanted) + r"\}" if wanted else "") + r" (\S+)"
-    found = re.search(pattern, operator.metrics())
-    return float(found.group(1)) if found else 0.0
 
 
 def test_nan_trip_rolls_back_to_the_newest_checkpoint_complete_on_pfs(

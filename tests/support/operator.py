@@ -10,6 +10,9 @@ job left behind would hold its namespace in Terminating forever.
 from __future__ import annotations
 
 import contextlib
+import json
+import os
+import re
 import subprocess
 import sys
 import time
@@ -23,6 +26,7 @@ from kubernetes import client
 from stabletrain_operator.api.constants import CRD_NAME, GROUP, PLURAL, VERSION
 from stabletrain_operator.api.crdgen import CRD_PATH
 from support.controlplane import ControlPlane
+from support.localnode import LocalCluster
 from support.processes import ManagedProcess, free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -69,6 +73,8 @@ class OperatorProcess:
             sys.executable, "-m", "stabletrain_operator", "--namespace", self.namespace,
             "--metrics-port", str(self.metrics_port), "--liveness", liveness,
         ]  # fmt: skip
+        if os.environ.get("STABLETRAIN_TEST_OPERATOR_VERBOSE"):
+            argv.append("--verbose")
         full_env = {**self.plane.env(), **self.extra_env, **(env or {})}
         self.process = ManagedProcess("operator", argv, self.log_path, env=full_env)
 
@@ -216,7 +222,7 @@ class Jobs:
             status = self.status(name)
             if check(status):
                 return status
-            time.sleep(0.2)
+            time.sleep(1.0)
         pods = [
             (p["metadata"]["name"], p.get("status", {}).get("phase"),
              p["spec"].get("nodeName"), p.get("status", {}).get("conditions"),
@@ -245,3 +251,17 @@ class Jobs:
     def config_map(self, name: str) -> Json:
         found: Json = self._plain([self.core.read_namespaced_config_map(name, self.namespace)])[0]
         return found
+
+
+def worker_log(cluster: LocalCluster, namespace: str, attempt: int, rank: int) -> list[Any]:
+    """The contract worker's per-step JSON lines of one rank of one attempt (on the PFS)."""
+    path = cluster.shared_dir / namespace / "pfs" / "log" / f"attempt-{attempt}-rank-{rank}.jsonl"
+    return [json.loads(line) for line in Path(path).read_text().splitlines()]
+
+
+def metric(operator: OperatorProcess, name: str, **labels: str) -> float:
+    """One sample of the operator's /metrics; 0 when the series does not exist yet."""
+    wanted = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    pattern = re.escape(name) + (r"\{" + re.escape(wanted) + r"\}" if wanted else "") + r" (\S+)"
+    found = re.search(pattern, operator.metrics())
+    return float(found.group(1)) if found else 0.0

@@ -3,6 +3,7 @@ confirmed rollback, the checkpoint choice, budgets, alerts, restarts, suspend.""
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 
 import pytest
@@ -17,6 +18,7 @@ from stabletrain_operator.machine import Step, World, advance
 from stabletrain_operator.observe.pods import PodState
 from stabletrain_operator.plan.directives import attempt_directives
 from stabletrain_operator.policy import PolicyLedger
+from stabletrain_operator.reconcile import status_json
 
 CHECKPOINTS = tuple(record(step) for step in (10, 20, 30, 40, 50))
 
@@ -280,3 +282,13 @@ def test_every_step_is_repeatable(phase: Phase) -> None:
     assert first.status == second.status
     assert first.launch == second.launch
     assert first.status.counters == step.status.counters
+
+
+def test_status_of_a_nan_trip_is_valid_json_for_the_api_server() -> None:
+    nan_trip = trip("node-a").model_copy(update={"value": float("nan"), "threshold": 1.0})
+    pods = tuple(pod(r, state=PodState.FAILED, report=nan_trip) for r in (0, 1))
+    status = running()
+    stopped = advance(status, world(status, pods=pods))
+    body = json.dumps(status_json(stopped.status), allow_nan=False)
+    assert json.loads(body)["lastTrip"]["value"] is None
+    assert json.loads(body)["lastTrip"]["threshold"] == 1.0
