@@ -4,6 +4,11 @@ ServiceAccount token in its kubeconfig, carries out a full NaN rollback of a job
 the local node runs: trip, stop every pod, plan from the inventory, relaunch with the new
 directives, confirm, succeed.
 
+The fault is a sustained loss spike (the contract worker's ST_SPIKE_AT): a NaN trip would
+exercise the same calls, but its report carries a non-finite value, which the operator
+cannot write into status yet (a NaN in the JSON body: 400 Bad Request, also without this
+chart; see the operator's own NaN test).
+
 The release is namespaced (a Role in the job's namespace, nothing cluster-wide), the
 strictest mode, so kopf's fallbacks for what it may not list are exercised too.
 """
@@ -30,9 +35,13 @@ ROLLBACK = {
     "skipStepsAfterOnset": 5,
     "rewarmupSteps": 3,
 }
-RULES = [{"name": "nan", "onSignals": ["NonFinite"], "action": "Rollback", "rollback": ROLLBACK}]
-KOPF_FALLBACKS = ("Not enough permissions to list namespaces", "Not enough permissions to watch")
-"""What kopf logs, and then works around, when it may not list namespaces or watch CRDs."""
+RULES = [{"name": "spike", "onSignals": ["LossSpike"], "action": "Rollback", "rollback": ROLLBACK}]
+KOPF_FALLBACKS = (
+    'cannot list resource "namespaces"',
+    'cannot list resource "customresourcedefinitions"',
+)
+"""What a namespaced release does not grant on purpose: kopf retries these cluster-wide
+lists at start, then falls back to the namespaces it was given (docs/operations.md)."""
 
 
 @pytest.fixture
@@ -98,7 +107,10 @@ def test_operator_with_the_chart_service_account_rolls_a_job_back(
     assert whoami.stdout == chart_account.username, whoami.stderr
     assert "client-certificate" not in chart_account.kubeconfig.read_text()
 
-    env = {"ST_STEP_SECONDS": "0.1", "ST_CKPT_EVERY": "5", "ST_STEPS": "30", "ST_NAN_AT": "17"}
+    env = {
+        "ST_STEP_SECONDS": "0.1", "ST_CKPT_EVERY": "5", "ST_STEPS": "35",
+        "ST_SPIKE_AT": "17", "ST_SPIKE_LEN": "6",
+    }  # fmt: skip
     jobs.create(job_manifest("rbac", env, recovery={"rules": RULES}))
     try:
         # kopf spends about a minute on its namespace and CRD fallbacks first (namespaced).
@@ -108,7 +120,7 @@ def test_operator_with_the_chart_service_account_rolls_a_job_back(
         raise AssertionError(f"{error}\noperator log (last 60 lines):\n{tail}") from None
 
     (entry,) = done["rollbackHistory"]
-    assert entry["signal"] == "NonFinite"
+    assert entry["signal"] == "LossSpike"
     assert entry["onsetStep"] == 17
     assert entry["toStep"] == 10, "the newest checkpoint at least 5 steps before the onset"
     assert entry["lrScale"] == 0.5
@@ -127,6 +139,7 @@ def test_operator_with_the_chart_service_account_rolls_a_job_back(
 
     # Nothing was refused on the way, apart from what kopf is built to do without.
     log = chart_operator.log()
+    assert "Falling back to a list of namespaces which are assumed to exist" in log
     refusals = [
         line
         for line in log.splitlines()
