@@ -67,6 +67,6 @@ def test_job_runs_its_torchrun_pods_to_success(
     done = jobs.wait("life", lambda s: s.get("phase") == "Succeeded", 90, "success")
     conditions = {c["type"]: c for c in done["conditions"]}
     assert conditions["Complete"]["status"] == "True"
-    assert done["step"] >= 25
+    assert 0 < done["step"] <= 30, "the last scraped step"
     assert done["checkpoints"], "the scraped inventory reached status"
     assert any(e["reason"] == "TrainingComplete" for e in jobs.events("life"))

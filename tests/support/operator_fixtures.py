@@ -10,6 +10,7 @@ import pytest
 from kubernetes import client
 
 from support.controlplane import ControlPlane
+from support.localnode import LocalCluster
 from support.operator import Jobs, OperatorProcess, create_claim, install_crd, running_operator
 
 
@@ -20,7 +21,11 @@ def stj_crd(control_plane: ControlPlane) -> str:
 
 
 @pytest.fixture
-def job_namespace(stj_crd: str, api_client: client.ApiClient, pod_namespace: str) -> str:
+def job_namespace(
+    stj_crd: str, api_client: client.ApiClient, pod_namespace: str, local_cluster: LocalCluster
+) -> str:
+    """A namespace for jobs, with the PFS claim, and the local node running to take the pods
+    (set up before and torn down after the operator that depends on this)."""
     create_claim(client.CoreV1Api(api_client), pod_namespace)
     return pod_namespace
 
