@@ -41,6 +41,7 @@ def test_job_runs_its_torchrun_pods_to_success(
         90,
         "the job to run and report steps",
     )
+    assert operator.probe() == 200, "kopf's liveness endpoint answers"
     assert running["attempt"] == 0
     assert running["directivesGeneration"] == 1
     pods = {p["metadata"]["name"]: p for p in jobs.pods("life")}

@@ -64,11 +64,12 @@ class OperatorProcess:
         self.log_path = log_path
         self.extra_env = dict(env)
         self.metrics_port = 0
+        self.liveness_url = ""
         self.process: ManagedProcess | None = None
 
     def start(self, env: Mapping[str, str] | None = None) -> None:
         self.metrics_port = free_port()
-        liveness = f"http://127.0.0.1:{free_port()}/healthz"
+        liveness = self.liveness_url = f"http://127.0.0.1:{free_port()}/healthz"
         argv = [
             sys.executable, "-m", "stabletrain_operator", "--namespace", self.namespace,
             "--metrics-port", str(self.metrics_port), "--liveness", liveness,
@@ -96,6 +97,11 @@ class OperatorProcess:
         url = f"http://127.0.0.1:{self.metrics_port}/metrics"
         with urllib.request.urlopen(url, timeout=5) as response:
             return str(response.read().decode())
+
+    def probe(self) -> int:
+        """HTTP status of kopf's liveness endpoint."""
+        with urllib.request.urlopen(self.liveness_url, timeout=5) as response:
+            return int(response.status)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""

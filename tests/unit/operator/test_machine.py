@@ -292,3 +292,26 @@ def test_status_of_a_nan_trip_is_valid_json_for_the_api_server() -> None:
     body = json.dumps(status_json(stopped.status), allow_nan=False)
     assert json.loads(body)["lastTrip"]["value"] is None
     assert json.loads(body)["lastTrip"]["threshold"] == 1.0
+
+
+def test_manual_rollback_runs_once_per_request_id() -> None:
+    manual = {"requestId": "fix-1", "toStep": 30, "lrFactor": 0.25, "reason": "bad data"}
+    job = spec(manualRollback=manual)
+    status = running()
+    stop = advance(status, world(status, spec=job, pods=(pod(0), pod(1))))
+    assert stop.status.plan is not None
+    assert (stop.status.plan.action, stop.status.plan.request_id) == (Action.ROLLBACK, "fix-1")
+    assert stop.status.last_manual_request_id == "fix-1"
+    step = stop
+    while step.status.phase is not Phase.CONFIRMING:
+        step = advance(step.status, world(step.status, spec=job))
+    assert step.launch is not None
+    assert step.launch.directives.resume_step == 30
+    assert step.launch.directives.lr_scale == 0.25
+    new_pods = (pod(0, attempt=1), pod(1, attempt=1))
+    applied = tuple(agent(r, attempt=1, step=31, generation=2, lr_scale=0.25) for r in (0, 1))
+    done = advance(step.status, world(step.status, spec=job, pods=new_pods, scrapes=applied))
+    assert done.status.phase is Phase.RUNNING
+    again = advance(done.status, world(done.status, spec=job, pods=new_pods, scrapes=applied))
+    assert again.status.phase is Phase.RUNNING, "the same request id does not run twice"
+    assert again.status.counters.rollbacks == 1
