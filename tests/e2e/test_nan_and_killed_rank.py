@@ -51,6 +51,27 @@ def test_sustained_nan_rolls_back_and_no_update_reaches_the_weights(
     print(f"\nNaN rollback: {entry}")
 
 
+def test_one_nan_step_is_skipped_without_a_rollback_and_the_weights_stay_finite(
+    operator: OperatorProcess, jobs: Jobs, job_namespace: str, local_cluster: LocalCluster
+) -> None:
+    """Below nonFinite.consecutiveSteps (3) a NaN is routine (an overflow, one bad batch):
+    the guard drops that update and training goes on, with weights that never saw it."""
+    env = {**HEALTHY, "TINYGPT_STEPS": "80", "TINYGPT_NAN_AT": "60", "TINYGPT_NAN_STEPS": "1"}
+    jobs.create(job_manifest("blip", env))
+    done = jobs.wait("blip", finished, 300, "the job to finish")
+    assert done["phase"] == "Succeeded", done.get("conditions")
+    assert not done.get("rollbackHistory")
+    assert done["attempt"] == 0
+    steps = StepLogs(local_cluster.shared_dir, job_namespace).steps(0)
+    losses = {r["step"]: r["loss"] for r in steps}
+    assert math.isnan(losses[60])
+    after = [losses[s] for s in range(61, 81)]
+    assert all(math.isfinite(loss) for loss in after), "a NaN update would poison every step"
+    before = [losses[s] for s in range(40, 60)]
+    assert max(after) < 1.2 * max(before), "training went on as before the NaN step"
+    print(f"\nNaN at step 60 skipped; loss 59: {losses[59]:.3f}, 61: {losses[61]:.3f}")
+
+
 def test_killed_rank_restarts_from_the_latest_checkpoint_with_the_lr_unchanged(
     operator: OperatorProcess, jobs: Jobs, job_namespace: str, local_cluster: LocalCluster
 ) -> None:
