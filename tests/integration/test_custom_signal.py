@@ -6,6 +6,7 @@ with the same policy gives the same decision."""
 
 from __future__ import annotations
 
+import csv as csvlib
 import json
 import re
 import subprocess
@@ -114,3 +115,75 @@ def test_custom_signal_trip_fails_the_job_at_the_step_replay_decides(
     assert decision["class"] == trip["anomalyClass"]
     assert decision["reason"] == conditions["Failed"]["reason"]
     print(f"live trip: step {trip['step']} onset {trip['onsetStep']}; replay: {decision}")
+
+
+RL_DETECTION = {
+    "baseline": {"warmupSteps": 3, "minSamples": 3, "emaFactor": 0.3},
+    "custom": [
+        {"name": "entropy_low", "metric": "entropy", "kind": "Below", "threshold": 1.0,
+         "consecutiveSteps": 2},
+        {"name": "reward_jump", "metric": "reward", "kind": "RelativeJump", "threshold": 1.5},
+    ],
+}  # fmt: skip
+RL_RULES = [
+    {"name": "reward-hacking", "onSignals": ["custom:entropy_low"],
+     "whileFiring": ["custom:reward_jump"], "action": "Rollback",
+     "rollback": {"lrFactor": 0.5, "minStepsBeforeOnset": 5, "skipStepsBeforeOnset": 2,
+                  "skipStepsAfterOnset": 4, "rewarmupSteps": 3}},
+    {"name": "entropy-low", "onSignals": ["custom:entropy_low"], "action": "Alert"},
+]  # fmt: skip
+
+
+def test_entropy_low_while_reward_rises_rolls_back_with_a_lower_lr_as_replay_does(
+    operator: OperatorProcess, jobs: Jobs, job_namespace: str, local_cluster: LocalCluster,
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    """The documented compound example: a poisoned shard collapses the batches' entropy and
+    raises their reward; the agent trips, the operator rolls back past the poisoned data
+    with half the LR, the relaunched run never sees it again, and replay agrees."""
+    env = {"ST_STEPS": "40", "ST_STEP_SECONDS": "0.1", "ST_POISON_SHARDS": "14,15",
+           "ST_BATCH_STATS": "1", "ST_CKPT_EVERY": "5", "ST_METRICS_CSV": "rl.csv"}  # fmt: skip
+    manifest = job_manifest("rl", env, recovery={"rules": RL_RULES}, detection=RL_DETECTION)
+    container = manifest["spec"]["workers"]["template"]["spec"]["containers"][0]
+    container["command"] = ["torchrun", str(WORKER)]
+    jobs.create(manifest)
+
+    done = jobs.wait("rl", lambda s: s.get("phase") == "Succeeded", 170, "the run to heal")
+    # A worker failure of the relaunched attempt would be restarted by the infrastructure
+    # rule; the decision under test is the one Rollback.
+    (entry,) = [e for e in done["rollbackHistory"] if e["action"] == "Rollback"]
+    assert (entry["rule"], entry["signal"], entry["action"]) == (
+        "reward-hacking", "custom:entropy_low", "Rollback",
+    )  # fmt: skip
+    firing = set(done["lastTrip"]["firing"])
+    assert {"custom:entropy_low", "custom:reward_jump"} <= firing, "the compound condition"
+    assert entry["lrScale"] == 0.5
+    assert done["attempt"] == 1
+    reasons = [e["reason"] for e in jobs.events("rl")]
+    assert "RollbackStarted" in reasons
+    assert "RollbackConfirmed" in reasons
+
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(yaml.safe_dump({"detection": RL_DETECTION, "recovery": {"rules": RL_RULES}}))
+    csv = local_cluster.shared_dir / job_namespace / "pfs" / "rl.csv"
+    replayed = subprocess.run(
+        [str(STABLETRAIN), "replay", "--json", "--policy", str(policy), str(csv)],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    print(f"replay stderr: {replayed.stderr.strip()}")
+    (decision,) = [json.loads(line) for line in replayed.stdout.splitlines()]
+    assert (decision["action"], decision["rule"], decision["signal"]) == (
+        entry["action"], entry["rule"], entry["signal"],
+    )  # fmt: skip
+    assert (decision["step"], decision["onset"]) == (entry["fromStep"], entry["onsetStep"])
+    assert decision["lr_scale"] == entry["lrScale"]
+    assert decision["skip"] == [[s["first"], s["last"]] for s in entry["skipped"]]
+    assert entry["toStep"] <= decision["target_step_at_most"]
+    rows = list(csvlib.DictReader(csv.open()))
+    steps = [int(r["step"]) for r in rows]
+    relaunch = next(i for i in range(1, len(rows)) if steps[i] <= steps[i - 1])
+    assert int(rows[relaunch]["step"]) == entry["toStep"] + 1
+    healed = rows[relaunch:]
+    assert min(float(r["entropy"]) for r in healed) > 1.0, "the poisoned data was skipped"
+    assert int(healed[-1]["step"]) == 40
+    print(f"live: {entry}; replay: {decision}")

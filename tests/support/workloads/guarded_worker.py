@@ -11,10 +11,18 @@ ST_VAL_EVERY steps it measures a real validation loss on held-out data and repor
 - ST_VAL_SHIFT_AT: from this step the held-out targets drift (a real distribution shift:
   the model, trained on the old map, really does worse on them), so the validation loss
   rises for real
+- ST_POISON_SHARDS: shard indices whose targets are scaled and shifted far from the rest
+  (a poisoned stretch of data, consumed at the same steps every epoch unless skipped)
+- ST_BATCH_STATS=1: report the "entropy" (of a softmax over the batch's targets) and the
+  "reward" (their mean, offset to stay positive) of every batch, as an RL loop reports its
+  rollouts' policy entropy and reward; the poisoned data collapses one and raises the other
+- ST_CKPT_EVERY: save model, optimizer, scheduler and guard with the real CheckpointManager
+  every N steps, and restore the directives' resume step at start (rollbacks)
 - ST_METRICS_CSV: file under the PFS tier where global rank 0 appends one row per step
-  (step, loss, grad_norm, lr, val_loss), the values the Guard's monitor saw: the recorded
-  history that `stabletrain replay` reads (the tripping step's row too: it is written
-  before the trip is raised again)
+  (step, loss, grad_norm, lr, val_loss, entropy, reward), the values the Guard's monitor
+  saw: the recorded history that `stabletrain replay` reads (the tripping step's row too:
+  it is written before the trip is raised again; a relaunched attempt appends, so the
+  step goes back where it resumed)
 """
 
 from __future__ import annotations
@@ -30,6 +38,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from stabletrain_agent.checkpoint.manager import CheckpointConfig, CheckpointManager
+from stabletrain_agent.checkpoint.states import ModelOptimizerState
 from stabletrain_agent.contract import env
 from stabletrain_agent.data import Shard, ShardedBatches
 from stabletrain_agent.guard import Guard
@@ -37,7 +47,7 @@ from stabletrain_agent.trip import TrainingTripped
 
 FEATURES = 8
 SHARD_SAMPLES = 32
-SHARDS = 16
+SHARDS = 64
 WARMUP_STEPS = 5
 
 
@@ -45,12 +55,31 @@ def _truth() -> torch.Tensor:
     return torch.linspace(-1.0, 1.0, FEATURES).unsqueeze(1)
 
 
+POISON_SCALE = 30.0
+POISON_SHIFT = 20.0
+REWARD_OFFSET = 5.0
+
+
+def _poisoned() -> set[int]:
+    return {int(i) for i in os.environ.get("ST_POISON_SHARDS", "").split(",") if i}
+
+
 def read(shard_id: str, start: int, stop: int) -> torch.Tensor:
     """Samples [x | y] of one shard, deterministic per shard."""
-    generator = torch.Generator().manual_seed(int(shard_id.split("-")[1]))
+    index = int(shard_id.split("-")[1])
+    generator = torch.Generator().manual_seed(index)
     x = torch.randn(SHARD_SAMPLES, FEATURES, generator=generator)
     y = x @ _truth() + 0.05 * torch.randn(SHARD_SAMPLES, 1, generator=generator)
+    if index in _poisoned():
+        y = POISON_SCALE * y + POISON_SHIFT
     return torch.cat([x, y], dim=1)[start:stop]
+
+
+def batch_stats(targets: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Entropy of a softmax over the batch's targets, and their mean as a reward."""
+    logits = targets.flatten()
+    entropy = -(logits.softmax(0) * logits.log_softmax(0)).sum()
+    return {"entropy": entropy, "reward": logits.mean() + REWARD_OFFSET}
 
 
 def main() -> None:
@@ -62,6 +91,8 @@ def main() -> None:
     val_every = int(os.environ.get("ST_VAL_EVERY", "2"))
     shift_at = int(os.environ.get("ST_VAL_SHIFT_AT", "-1"))
     csv_name = os.environ.get("ST_METRICS_CSV", "")
+    stats = os.environ.get("ST_BATCH_STATS") == "1"
+    checkpoint_every = int(os.environ.get("ST_CKPT_EVERY", "0"))
 
     torch.manual_seed(0)
     model = DistributedDataParallel(nn.Sequential(nn.Linear(FEATURES, 32), nn.Tanh(),
@@ -78,6 +109,18 @@ def main() -> None:
         model, optimizer, scheduler=scheduler, data=batches,
         max_grad_norm=None if clip_setting == "none" else float(clip_setting),
     )  # fmt: skip
+    manager = None
+    if checkpoint_every:
+        manager = CheckpointManager(
+            CheckpointConfig.from_env(),
+            {"train": ModelOptimizerState(model, optimizer), "guard": guard},
+            {"scheduler": scheduler},
+        )
+        guard.checkpoints = manager
+        resume = guard.applied.resume_step if guard.applied else None
+        restored = manager.restore(max_step=resume)
+        if (restored.step if restored else None) != resume:
+            raise RuntimeError(f"directives resume at {resume}, restored {restored}")
     generator = torch.Generator().manual_seed(1000 + rank)
     val_x = torch.randn(64, FEATURES, generator=generator)
     val_y = val_x @ _truth()
@@ -85,12 +128,13 @@ def main() -> None:
     if rank == 0 and csv_name:
         path = Path(os.environ[env.PFS_CHECKPOINT_DIR]) / csv_name
         path.parent.mkdir(parents=True, exist_ok=True)
-        out = path.open("w", newline="", encoding="utf-8")
+        fresh = not path.exists()
+        out = path.open("a", newline="", encoding="utf-8")
     writer = csv.writer(out) if out is not None else None
-    if writer is not None:
-        writer.writerow(["step", "loss", "grad_norm", "lr", "val_loss"])
+    if writer is not None and fresh:
+        writer.writerow(["step", "loss", "grad_norm", "lr", "val_loss", "entropy", "reward"])
     try:
-        for _ in range(steps):
+        while guard.global_step < steps:
             batch = next(batches)
             loss = nn.functional.mse_loss(model(batch[:, :FEATURES]), batch[:, FEATURES:])
             torch.autograd.backward(loss)
@@ -101,6 +145,9 @@ def main() -> None:
                     predicted = model(val_x)
                 val = nn.functional.mse_loss(predicted, val_y + drift * val_x.sum(1, True))
                 guard.observe("val_loss", val)
+            if stats:
+                for name, value in batch_stats(batch[:, FEATURES:]).items():
+                    guard.observe(name, value)
             tripped = None
             try:
                 guard.step(loss, tokens=batch.shape[0])
@@ -109,15 +156,20 @@ def main() -> None:
             optimizer.zero_grad()
             if writer is not None and out is not None:
                 seen = guard.monitor.snapshot()
-                val_seen = seen.custom.get("val_loss")
+                custom = [seen.custom.get(name) for name in ("val_loss", "entropy", "reward")]
                 writer.writerow([
                     seen.step, _cell(seen.loss), _cell(seen.grad_norm), _cell(seen.lr),
-                    "" if val_seen is None else repr(val_seen),
+                    *("" if value is None else repr(value) for value in custom),
                 ])  # fmt: skip
                 out.flush()
             if tripped is not None:
                 raise tripped
+            if manager is not None and guard.global_step % checkpoint_every == 0:
+                manager.save(guard.global_step, stable=True)
             time.sleep(pause)
+        if manager is not None:
+            manager.wait()
+            manager.flush(30.0)
     finally:
         if out is not None:
             out.close()
