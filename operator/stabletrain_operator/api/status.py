@@ -8,13 +8,15 @@ long skip lists spill into a ConfigMap whose name is recorded.
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import AwareDatetime, Field
 
 from stabletrain_agent.contract.directives import SkipRange
 from stabletrain_agent.contract.inventory import CheckpointRecord
 from stabletrain_agent.contract.names import Action, AnomalyClass
 from stabletrain_agent.contract.trip import TripReport
-from stabletrain_operator.api.base import ApiModel
+from stabletrain_operator.api.base import PRESERVE_UNKNOWN, ApiModel
 from stabletrain_operator.api.constants import Phase
 
 HISTORY_MAX = 20
@@ -174,3 +176,7 @@ class StableTrainingJobStatus(ApiModel):
     threshold is stored as null (JSON numbers cannot be NaN)."""
     last_manual_request_id: str | None = Field(default=None, max_length=63)
     """spec.manualRollback.requestId handled last: a request with this id does not run again."""
+    policy_ledger: dict[str, Any] | None = Field(default=None, json_schema_extra=PRESERVE_UNKNOWN)
+    """The recovery policy's memory (budgets used, cooldowns, escalation, alert episodes),
+    written with each decision so an operator restart forgets no cooldown or alert episode.
+    Internal to the operator; read counters and rollbackHistory instead."""
