@@ -47,8 +47,6 @@ SCRAPED_PHASES = frozenset({Phase.RUNNING, Phase.CONFIRMING})
 class JobMemory:
     """What one job's daemon keeps between ticks; all of it can be rebuilt after a restart."""
 
-    ledger: PolicyLedger | None = None
-    """Alert episodes and cooldowns; rebuilt from status counters and history on restart."""
     token: str | None = None
     nodes: dict[int, str] = field(default_factory=dict)
     """Node of each rank of the newest attempt seen running (the relaunch prefers them)."""
@@ -237,6 +235,17 @@ def _record_metrics(step: Step) -> None:
         metrics.RECOVERY_SECONDS.observe(step.recovered_after.total_seconds())
 
 
+def _ledger(key: JobKey, status: StableTrainingJobStatus) -> PolicyLedger:
+    """The policy's memory as the last decision left it in status; rebuilt from counters and
+    history when status has none (or an unreadable one, which is logged)."""
+    if status.policy_ledger is not None:
+        try:
+            return PolicyLedger.from_status(status.policy_ledger)
+        except ValueError as error:
+            _log.error("job %s: %s; rebuilding it from counters and history", key.name, error)
+    return PolicyLedger.from_job_status(status)
+
+
 async def tick(kube: Kube, key: JobKey, indexed: Iterable[PodFacts], memory: JobMemory) -> bool:
     """One reconcile; False once the job is gone (the daemon may end)."""
     job = await asyncio.to_thread(kube.get_job, key.namespace, key.name)
@@ -253,7 +262,7 @@ async def tick(kube: Kube, key: JobKey, indexed: Iterable[PodFacts], memory: Job
     scrapes = await _scrape(facts, status, memory)
     skip = await asyncio.to_thread(_skip_ranges, kube, key, status)
     directives = await asyncio.to_thread(_attempt_directives, kube, key, memory, status.attempt)
-    ledger = memory.ledger or PolicyLedger.from_job_status(status)
+    ledger = _ledger(key, status)
     generation = job["metadata"].get("generation")
     preflight_pod = None
     if needs_preflight_pod(spec, status):
@@ -282,7 +291,6 @@ async def tick(kube: Kube, key: JobKey, indexed: Iterable[PodFacts], memory: Job
         if step.status.phase is not status.phase:
             _log.info("job %s: %s -> %s", key.name, status.phase, step.status.phase)
             crashpoints.maybe_crash_after(step.status.phase.value)
-    memory.ledger = step.ledger
     if step.status.attempt != status.attempt:
         memory.seen = {n: a for n, a in memory.seen.items() if a >= step.status.attempt}
     for name in step.delete_pods:

@@ -315,3 +315,17 @@ def test_manual_rollback_runs_once_per_request_id() -> None:
     again = advance(done.status, world(done.status, spec=job, pods=new_pods, scrapes=applied))
     assert again.status.phase is Phase.RUNNING, "the same request id does not run twice"
     assert again.status.counters.rollbacks == 1
+
+
+def test_policy_ledger_travels_in_status() -> None:
+    finding = FindingReport(
+        signal="GradNormSpike", anomaly_class=AnomalyClass.DIVERGENCE, onset_step=50,
+        consecutive=4, sustained=True,
+    )  # fmt: skip
+    scrapes = tuple(agent(r, step=57, firing=(finding,)) for r in (0, 1))
+    status = running()
+    alerted = advance(status, world(status, pods=(pod(0), pod(1)), scrapes=scrapes))
+    assert alerted.status.policy_ledger is not None
+    restored = PolicyLedger.from_status(alerted.status.policy_ledger)
+    assert restored == alerted.ledger
+    assert restored.episode_handled("grad", "GradNormSpike", 50)
