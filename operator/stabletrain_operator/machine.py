@@ -142,7 +142,9 @@ def advance(status: StableTrainingJobStatus, world: World) -> Step:
         now=world.now,
         generation=world.generation,
     )
-    final = reported.status.model_copy(update={"observed_generation": world.generation})
+    final = reported.status.model_copy(
+        update={"observed_generation": world.generation, "policy_ledger": step.ledger.to_status()}
+    )
     return dataclasses.replace(
         _replace_status(step, final), events=(*step.events, *_events(reported.notices))
     )
