@@ -329,3 +329,18 @@ def test_policy_ledger_travels_in_status() -> None:
     restored = PolicyLedger.from_status(alerted.status.policy_ledger)
     assert restored == alerted.ledger
     assert restored.episode_handled("grad", "GradNormSpike", 50)
+
+
+def test_skip_list_too_long_for_status_spills_into_a_config_map() -> None:
+    earlier = tuple(SkipRange(first=1000 * i, last=1000 * i + 10) for i in range(1, 65))
+    status = running(active_skip_ranges=earlier, skip_ranges_total=64)
+    step = advance(status, world(status, pods=tripped_pods(), skip_ranges=earlier))
+    while step.status.phase is not Phase.CONFIRMING:
+        step = advance(step.status, world(step.status, skip_ranges=earlier))
+    assert step.launch is not None
+    assert step.launch.spill_skip_ranges is not None
+    assert len(step.launch.spill_skip_ranges) == 65
+    assert step.launch.directives.skip == step.launch.spill_skip_ranges
+    assert step.status.skip_ranges_config_map == "job-skip-ranges"
+    assert step.status.skip_ranges_total == 65
+    assert len(step.status.active_skip_ranges) == 64
