@@ -248,11 +248,11 @@ class Jobs:
         return self._plain(listed.items)
 
     def events(self, name: str) -> list[Json]:
-        """Events on the job, oldest first."""
+        """Events on the job, oldest first (by resourceVersion: timestamps have 1 s resolution)."""
         selector = f"involvedObject.name={name}"
         listed = self.core.list_namespaced_event(self.namespace, field_selector=selector)
         events = self._plain(listed.items)
-        return sorted(events, key=lambda e: str(e["metadata"]["creationTimestamp"]))
+        return sorted(events, key=lambda e: int(e["metadata"]["resourceVersion"]))
 
     def config_map(self, name: str) -> Json:
         found: Json = self._plain([self.core.read_namespaced_config_map(name, self.namespace)])[0]
