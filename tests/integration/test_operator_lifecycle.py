@@ -9,10 +9,12 @@ from typing import Any
 
 from kubernetes import client
 
+from support.localnode import LocalCluster
 from support.operator import (
     Jobs,
     OperatorProcess,
     job_manifest,
+    worker_log,
 )
 
 
@@ -71,3 +73,30 @@ def test_job_runs_its_torchrun_pods_to_success(
     assert 0 < done["step"] <= 30, "the last scraped step"
     assert done["checkpoints"], "the scraped inventory reached status"
     assert any(e["reason"] == "TrainingComplete" for e in jobs.events("life"))
+
+
+def test_suspend_stops_the_pods_and_resume_relaunches_from_the_newest_checkpoint(
+    operator: OperatorProcess, jobs: Jobs, job_namespace: str, local_cluster: LocalCluster
+) -> None:
+    jobs.create(job_manifest("nap", {"ST_STEPS": "60", "ST_STEP_SECONDS": "0.1"}))
+    jobs.wait("nap", lambda s: (s.get("step") or 0) >= 17, 90, "step 17")
+
+    jobs.patch_spec("nap", {"suspend": True})
+    suspended = jobs.wait("nap", lambda s: s.get("phase") == "Suspended", 90, "suspension")
+    assert jobs.pods("nap") == []
+    conditions = {c["type"]: c for c in suspended["conditions"]}
+    assert conditions["Suspended"]["status"] == "True"
+    newest = max(
+        r["step"] for r in suspended["checkpoints"] if r["stable"] and r["pfs"]["verified"]
+    )
+
+    jobs.patch_spec("nap", {"suspend": False})
+    done = jobs.wait("nap", lambda s: s.get("phase") == "Succeeded", 120, "the resumed run")
+    assert done["attempt"] == 1
+    assert done["counters"]["restarts"] == done["counters"]["rollbacks"] == 0
+    assert done["rollbackHistory"] == []
+    resumed = worker_log(local_cluster, job_namespace, attempt=1, rank=0)
+    assert resumed[0]["step"] == newest + 1
+    assert resumed[-1]["step"] == 60
+    assert {r["lrScale"] for r in resumed} == {1.0}
+    print(f"suspended after step {newest}; resumed at step {resumed[0]['step']}")
