@@ -42,11 +42,12 @@ from stabletrain_operator.plan.skips import merge_skip_ranges
 from stabletrain_operator.policy import (
     Decision,
     Observation,
-    ObservationSource,
     PolicyLedger,
     decide,
     manual_request,
     record,
+    scrape_observations,
+    trip_observation,
     worker_failure,
 )
 from stabletrain_operator.preflight.condition import (
@@ -284,47 +285,6 @@ def _trips(current: Sequence[PodFacts], attempt: int) -> list[TripReport]:
     return sorted(trips, key=lambda t: (t.onset_step, t.step, t.node))
 
 
-def _trip_observation(trips: Sequence[TripReport]) -> Observation:
-    lead = trips[0]
-    firing = tuple(dict.fromkeys(s for t in trips for s in t.firing if s != lead.signal))
-    return Observation(
-        signal=lead.signal,
-        anomaly_class=lead.anomaly_class,
-        step=lead.step,
-        onset_step=lead.onset_step,
-        sustained=True,
-        tripped=True,
-        evidence=lead.evidence,
-        source=ObservationSource.TRIP_REPORT,
-        firing_with=firing,
-    )
-
-
-def _scrape_observations(fresh: Sequence[AgentStatus]) -> list[Observation]:
-    seen: set[str] = set()
-    found: list[Observation] = []
-    for agent in sorted(fresh, key=lambda s: s.node_rank):
-        names = tuple(f.signal for f in agent.firing)
-        for finding in agent.firing:
-            if finding.signal in seen:
-                continue
-            seen.add(finding.signal)
-            found.append(
-                Observation(
-                    signal=finding.signal,
-                    anomaly_class=finding.anomaly_class,
-                    step=agent.step,
-                    onset_step=finding.onset_step,
-                    sustained=finding.sustained,
-                    tripped=False,
-                    evidence=finding.evidence,
-                    source=ObservationSource.SCRAPE,
-                    firing_with=tuple(n for n in names if n != finding.signal),
-                )
-            )
-    return found
-
-
 def _observations(
     status: StableTrainingJobStatus, world: World, current: Sequence[PodFacts]
 ) -> tuple[list[Observation], list[TripReport]]:
@@ -344,13 +304,13 @@ def _observations(
         )
     trips = _trips(current, status.attempt)
     if trips:
-        observations.append(_trip_observation(trips))
+        observations.append(trip_observation(trips))
     else:
         broken = [p for p in current if p.state in (PodState.FAILED, PodState.GONE)]
         if broken:
             evidence = "; ".join(failure_evidence(p) for p in broken)
             observations.append(worker_failure(step=status.step, evidence=evidence[:512]))
-    observations += _scrape_observations(_fresh(status, world))
+    observations += scrape_observations(_fresh(status, world))
     return observations, trips
 
 
