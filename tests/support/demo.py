@@ -181,7 +181,9 @@ def run(out: Path, work: Path) -> int:
         say(kubectl(plane, "get", "stj", "-n", NAMESPACE).rstrip())
         selector = f"involvedObject.name={JOB}"
         say(f"\n$ kubectl get events -n {NAMESPACE} --field-selector {selector}")
-        order = "--sort-by=.metadata.creationTimestamp"
+        # resourceVersion, not creationTimestamp: the latter has one-second resolution and
+        # the rollback emits several Events within one second.
+        order = "--sort-by=.metadata.resourceVersion"
         events = kubectl(
             plane, "get", "events", "-n", NAMESPACE, order, "--field-selector", selector
         )
