@@ -113,8 +113,10 @@ def main() -> None:
     if checkpoint_every:
         manager = CheckpointManager(
             CheckpointConfig.from_env(),
-            {"train": ModelOptimizerState(model, optimizer), "guard": guard},
-            {"scheduler": scheduler},
+            # The schedule is the same on every rank, so it is app state: per-rank state is
+            # keyed by the global rank, which torchrun's c10d rendezvous may hand to another
+            # pod in the relaunched attempt (its node's copy then lacks that key).
+            {"train": ModelOptimizerState(model, optimizer), "guard": guard, "sched": scheduler},
         )
         guard.checkpoints = manager
         resume = guard.applied.resume_step if guard.applied else None
