@@ -39,6 +39,7 @@ from stabletrain_operator.plan.checkpoint import choose_checkpoint, step_bound
 from stabletrain_operator.plan.directives import attempt_directives, live_directives
 from stabletrain_operator.plan.inventory import merged_inventory
 from stabletrain_operator.plan.skips import merge_skip_ranges
+from stabletrain_operator.pods import grace_seconds
 from stabletrain_operator.policy import (
     Decision,
     Observation,
@@ -57,9 +58,16 @@ from stabletrain_operator.preflight.condition import (
     gate,
 )
 
-STOP_FORCE_AFTER = timedelta(seconds=45)
-"""Pods still present this long after Stopping began are deleted with grace 0 (a lost node
-never confirms a graceful deletion)."""
+STOP_FORCE_MARGIN = timedelta(seconds=10)
+"""Pods still present this long after their grace period ran out are deleted with grace 0:
+a lost node never confirms a graceful deletion."""
+
+
+def stop_force_after(spec: StableTrainingJobSpec) -> timedelta:
+    """How long after Stopping began a pod that is still there gets force-deleted."""
+    return timedelta(seconds=grace_seconds(spec)) + STOP_FORCE_MARGIN
+
+
 RESUME_RULE = "resume"
 """Rule name of the relaunch after `suspend` is cleared; counts against no budget."""
 LR_TOLERANCE = 1e-9
@@ -619,7 +627,7 @@ def _stopping(status: StableTrainingJobStatus, world: World) -> Step:
         )
     if world.pods:
         since = plan.started_at if plan is not None else _suspended_since(status, world)
-        force = world.now - since >= STOP_FORCE_AFTER
+        force = world.now - since >= stop_force_after(world.spec)
         return Step(
             status,
             world.ledger,

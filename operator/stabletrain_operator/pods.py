@@ -42,6 +42,28 @@ PREVIOUS_NODE_WEIGHT = 100
 """Preferred (not required) node affinity: a relaunched rank goes back to the node whose
 local tier holds its checkpoint when that node is still there, anywhere else otherwise."""
 DEFAULT_GRACE_SECONDS = 30
+LOST_NODE_TOLERATION_SECONDS = 15
+"""A worker on a NotReady or unreachable node is evicted after 15 s instead of Kubernetes'
+default 300 s: no rank can progress without every other, so waiting idles the whole job."""
+LOST_NODE_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+
+
+def grace_seconds(spec: StableTrainingJobSpec) -> int:
+    """The workers' termination grace period (the template's, else the default)."""
+    value = (spec.workers.template.get("spec") or {}).get("terminationGracePeriodSeconds")
+    return value if isinstance(value, int) and value >= 0 else DEFAULT_GRACE_SECONDS
+
+
+def _lost_node_tolerations(existing: list[Json]) -> list[Json]:
+    """Ours for the lost-node taints the template does not tolerate itself."""
+    own = {t.get("key") for t in existing}
+    added = [
+        {"key": key, "operator": "Exists", "effect": "NoExecute",
+         "tolerationSeconds": LOST_NODE_TOLERATION_SECONDS}
+        for key in LOST_NODE_TAINTS
+        if key not in own
+    ]  # fmt: skip
+    return existing + added
 
 
 @dataclass(frozen=True)
@@ -227,6 +249,7 @@ def build_pod(
     pod_spec["hostname"] = name
     pod_spec["subdomain"] = naming.service_name(job.name)
     pod_spec.setdefault("terminationGracePeriodSeconds", DEFAULT_GRACE_SECONDS)
+    pod_spec["tolerations"] = _lost_node_tolerations(list(pod_spec.get("tolerations") or []))
     if previous_node:
         affinity = pod_spec.setdefault("affinity", {})
         node_affinity = affinity.setdefault("nodeAffinity", {})

@@ -96,3 +96,29 @@ def test_spent_rollback_budget_fails_the_job_with_the_reason(
     assert "maxRollbacks" in conditions["Failed"]["message"]
     assert jobs.pods("broke") == [], "a failed job keeps no pods"
     print(f"budget spent: Failed condition {conditions['Failed']}")
+
+
+def test_lost_node_restarts_from_the_latest_checkpoint_without_lr_change(
+    operator: OperatorProcess, jobs: Jobs, job_namespace: str, local_cluster: LocalCluster
+) -> None:
+    jobs.create(job_manifest("lost", {**STEP, "ST_STEPS": "250"}, recovery={"rules": RULES}))
+    jobs.wait("lost", lambda s: (s.get("step") or 0) >= 20, 90, "step 20")
+    victim = next(p for p in jobs.pods("lost") if p["metadata"]["name"] == "lost-a0-1")
+    lost = victim["spec"]["nodeName"]
+    local_cluster.lose_node(lost)
+
+    done = jobs.wait("lost", lambda s: s.get("phase") == "Succeeded", 240, "the restarted run")
+    (entry,) = done["rollbackHistory"]
+    assert (entry["action"], entry["signal"], entry["rule"]) == (
+        "RestartFromLatest", "WorkerFailure", "infra",
+    )  # fmt: skip
+    assert entry["lrScale"] == 1.0
+    assert entry["skipped"] == []
+    assert entry["toStep"] >= 20
+    assert done["counters"]["restarts"] == 1
+    assert done["lrScale"] == 1
+    nodes = {p["spec"]["nodeName"] for p in jobs.pods("lost")}
+    assert lost not in nodes, "the relaunched ranks avoid the lost node"
+    resumed = worker_log(local_cluster, job_namespace, attempt=1, rank=1)
+    assert resumed[0]["step"] == entry["toStep"] + 1
+    print(f"lost {lost}: {entry}")

@@ -131,3 +131,19 @@ def test_directives_config_map_round_trips() -> None:
         "NonFinite",
         "LossSpike",
     ]
+
+
+def test_workers_on_a_lost_node_are_evicted_quickly_unless_the_template_says_otherwise() -> None:
+    tolerations = pods.build_pod(spec(), JOB, attempt=0, rank=0)["spec"]["tolerations"]
+    assert {(t["key"], t["tolerationSeconds"]) for t in tolerations} == {
+        ("node.kubernetes.io/not-ready", 15),
+        ("node.kubernetes.io/unreachable", 15),
+    }
+    own = {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute"}
+    template = {"spec": {"containers": [{"name": "trainer"}], "tolerations": [own]}}
+    pod = pods.build_pod(spec(workers={"nodes": 1, "template": template}), JOB, attempt=0, rank=0)
+    assert pod["spec"]["tolerations"][0] == own
+    assert [t["key"] for t in pod["spec"]["tolerations"]] == [
+        "node.kubernetes.io/unreachable",
+        "node.kubernetes.io/not-ready",
+    ]
