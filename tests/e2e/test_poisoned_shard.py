@@ -57,6 +57,8 @@ def test_poisoned_shard_heals_with_the_default_policy(
     onset = entry["onsetStep"]
     assert entry["signal"] == "LossSpike"
     assert onset == poisoned_steps[0] == 129, "the spike begins with the first poisoned batch"
+    planned = [e["message"] for e in jobs.events("poisoned") if e["reason"] == "Planned"]
+    assert entry.get("toStep") is not None, f"the plan chose no checkpoint: {planned}"
     assert entry["toStep"] <= onset - 100, "default: at least 100 steps before the onset"
     assert entry["toStep"] == 25, "the newest stable checkpoint that far back"
     assert resumed[0]["step"] == entry["toStep"] + 1
