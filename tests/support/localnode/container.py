@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from support.localnode.api import Json
-from support.localnode.container_init import START_ERROR_EXIT_CODE
+from support.localnode.container_init import PRIVATE_TOP_LEVEL, START_ERROR_EXIT_CODE
 from support.localnode.sandbox import PodSandbox
 from support.localnode.sweep import kill_marked
 from support.processes import ManagedProcess
@@ -32,6 +32,7 @@ FALLBACK_LOG_BYTES = 2048
 DEFAULT_TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 INIT_SCRIPT = Path(__file__).with_name("container_init.py")
 KILL_RELAY_SECONDS = 5.0
+REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
 def now() -> str:
@@ -46,6 +47,21 @@ class Mount:
 
     def as_spec(self) -> Json:
         return {"source": str(self.source), "target": self.target, "readOnly": self.read_only}
+
+
+def image_mounts() -> list[Mount]:
+    """The project's tree and virtualenv when they lie where a container has its own view.
+
+    They are the pods' "image". Where the host keeps them under /tmp (a CI clone), the
+    container's private /tmp would hide them and no pod could find python; binding them at
+    the same path keeps the image whole.
+    """
+    hidden: list[Path] = []
+    for path in (REPO_ROOT, Path(sys.prefix).resolve()):
+        private = len(path.parts) > 1 and path.parts[1] in PRIVATE_TOP_LEVEL
+        if private and not any(path.is_relative_to(kept) for kept in hidden):
+            hidden.append(path)
+    return [Mount(path, str(path), read_only=True) for path in hidden]
 
 
 @dataclass(frozen=True)
@@ -92,6 +108,7 @@ class ContainerRun:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         message_path = container.get("terminationMessagePath") or DEFAULT_TERMINATION_MESSAGE_PATH
         all_mounts = [
+            *image_mounts(),
             *mounts,
             Mount(sandbox.hosts_file, "/etc/hosts"),
             Mount(sandbox.hostname_file, "/etc/hostname"),
