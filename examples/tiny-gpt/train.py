@@ -239,6 +239,11 @@ def save(manager: CheckpointManager, guard: Guard, verdict: Verdict) -> None:
         anomalies=[str(f.signal) for f in verdict.findings],
         baseline=baseline,
     )
+    if guard.exporter is not None:
+        # The guard exports the inventory only with a trip report; exporting it at every
+        # save keeps the operator's view of the checkpoints current, so a decision taken
+        # from a scrape (before any trip report arrived) still knows the rollback targets.
+        guard.exporter.set_inventory(manager.inventory())
 
 
 def record_step(
