@@ -8,7 +8,8 @@ PET_* variables, the agent's as STABLETRAIN_* variables), or standalone::
 
 The loop is a plain PyTorch loop; stabletrain adds three lines (marked 1, 2, 3): the Guard
 (signals, NaN protection, directives, trips), its step in place of clip/optimizer/scheduler
-steps, and the checkpoint save. The CheckpointManager restores the step the operator's
+steps, and the checkpoint save (which also hands the checkpoint inventory to the agent's
+exporter: see save()). The CheckpointManager restores the step the operator's
 directives name, and the data helper (ShardedBatches) resumes at the exact cursor and never
 reads what the skip-list names.
 
