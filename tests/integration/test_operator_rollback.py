@@ -108,7 +108,10 @@ def test_lost_node_restarts_from_the_latest_checkpoint_without_lr_change(
     local_cluster.lose_node(lost)
 
     done = jobs.wait("lost", lambda s: s.get("phase") == "Succeeded", 240, "the restarted run")
-    (entry,) = done["rollbackHistory"]
+    history = done["rollbackHistory"]
+    logs = local_cluster.logs(job_namespace, "lost-a1-1")[-3000:]
+    assert len(history) == 1, (history, logs)
+    (entry,) = history
     assert (entry["action"], entry["signal"], entry["rule"]) == (
         "RestartFromLatest", "WorkerFailure", "infra",
     )  # fmt: skip

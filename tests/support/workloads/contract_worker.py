@@ -12,10 +12,10 @@ curve, so operator tests run in seconds with every fault chosen exactly:
 - ST_GRAD_SPIKE_AT/ST_GRAD_SPIKE_LEN: a report-only grad-norm spike
 - ST_NO_PFS_STEPS: comma-separated save steps whose PFS copy is never written
 
-Checkpoints are real files: `<local>/step-N` on the node's tier and `<pfs>/step-N/<node>`
-on the shared one; the inventory is read back from disk every step, so a missing PFS copy
-is missing because no file is there. Each step appends a JSON line to
-`<pfs>/log/attempt-<a>-rank-<r>.jsonl` for the test to read.
+Checkpoints are real files, one per rank: `<local>/step-N/rank-R.json` on the node's tier
+and `<pfs>/step-N/rank-R.json` on the shared one, written atomically; the inventory is read
+back from disk every step, so a missing PFS copy is missing because no file is there. Each
+step appends a JSON line to `<pfs>/log/attempt-<a>-rank-<r>.jsonl` for the test to read.
 """
 
 from __future__ import annotations
@@ -51,28 +51,36 @@ def _in_skip(step: int, skip: Sequence[SkipRange]) -> bool:
     return any(r.first <= step <= r.last for r in skip)
 
 
-def _save(local: Path, pfs: Path, step: int, *, attempt: int, node: str, no_pfs: set[int]) -> None:
-    record = json.dumps({"step": step, "attempt": attempt, "node": node}).encode()
-    (local / f"step-{step}").mkdir(parents=True, exist_ok=True)
-    (local / f"step-{step}" / "state.json").write_bytes(record)
+def _write_atomic(path: Path, data: bytes) -> None:
+    """Readers (the other rank's inventory scan on the same node) never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_bytes(data)
+    os.replace(temporary, path)
+
+
+def _save(local: Path, pfs: Path, step: int, *, attempt: int, rank: int, no_pfs: set[int]) -> None:
+    record = json.dumps({"step": step, "attempt": attempt, "rank": rank}).encode()
+    _write_atomic(local / f"step-{step}" / f"rank-{rank}.json", record)
     if step not in no_pfs:
-        (pfs / f"step-{step}").mkdir(parents=True, exist_ok=True)
-        (pfs / f"step-{step}" / f"{node}.json").write_bytes(record)
+        _write_atomic(pfs / f"step-{step}" / f"rank-{rank}.json", record)
 
 
-def _inventory(local: Path, pfs: Path, node: str, nodes: int) -> list[CheckpointRecord]:
+def _inventory(local: Path, pfs: Path, node: str, ranks: int) -> list[CheckpointRecord]:
+    """Checkpoints on this node's tier; complete on the PFS once every rank's part is there."""
     records = []
     for directory in sorted(local.glob("step-*")):
-        step = int(directory.name.split("-")[1])
-        state = json.loads((directory / "state.json").read_text())
-        parts = list((pfs / directory.name).glob("*.json"))
-        complete = len(parts) >= nodes
+        parts = sorted(directory.glob("rank-*.json"))
+        if not parts:
+            continue
+        state = json.loads(parts[0].read_text())
+        complete = len(list((pfs / directory.name).glob("rank-*.json"))) >= ranks
         records.append(
             CheckpointRecord(
-                step=step,
+                step=int(directory.name.split("-")[1]),
                 attempt=state["attempt"],
                 stable=True,
-                saved_at=datetime.fromtimestamp(directory.stat().st_mtime, UTC),
+                saved_at=datetime.fromtimestamp(parts[0].stat().st_mtime, UTC),
                 pfs=TierCopy(complete=complete, verified=complete),
                 local=(NodeCopy(node=node, complete=True, verified=True),),
             )
@@ -83,7 +91,7 @@ def _inventory(local: Path, pfs: Path, node: str, nodes: int) -> list[Checkpoint
 def main() -> int:
     attempt = _int(env.ATTEMPT, 0)
     node = os.environ.get(env.NODE_NAME, "local")
-    nodes = _int(env.NODES, 1)
+    ranks = _int("WORLD_SIZE", 1)
     rank = _int("RANK", 0)
     local = Path(os.environ.get(env.LOCAL_CHECKPOINT_DIR, "/tmp/local"))
     pfs = Path(os.environ.get(env.PFS_CHECKPOINT_DIR, "/tmp/pfs"))
@@ -150,7 +158,7 @@ def main() -> int:
             log.write(json.dumps(entry) + "\n")
             log.flush()
             if verdict.trip:
-                records = _inventory(local, pfs, node, nodes)
+                records = _inventory(local, pfs, node, ranks)
                 report = build_trip_report(
                     verdict,
                     attempt=attempt,
@@ -165,9 +173,9 @@ def main() -> int:
                 print(f"contract_worker: tripped at step {step}: {report.signal}", file=sys.stderr)
                 return 1
             if step % every == 0:
-                _save(local, pfs, step, attempt=attempt, node=node, no_pfs=no_pfs)
+                _save(local, pfs, step, attempt=attempt, rank=rank, no_pfs=no_pfs)
             if exporter is not None:
-                exporter.set_inventory(_inventory(local, pfs, node, nodes))
+                exporter.set_inventory(_inventory(local, pfs, node, ranks))
             time.sleep(pause)
     finally:
         log.close()
