@@ -620,11 +620,7 @@ def _stop_for(
 def _stopping(status: StableTrainingJobStatus, world: World) -> Step:
     plan = status.plan
     if plan is not None:
-        # Trip reports of pods that finished after the decision still carry inventory.
-        trips = [p.trip for p in world.pods if p.trip is not None]
-        status = status.model_copy(
-            update={"checkpoints": merged_inventory(status.checkpoints, trips=trips)}
-        )
+        status = _late_trips(status, world, plan.from_attempt)
     if world.pods:
         since = plan.started_at if plan is not None else _suspended_since(status, world)
         force = world.now - since >= stop_force_after(world.spec)
@@ -649,6 +645,23 @@ def _stopping(status: StableTrainingJobStatus, world: World) -> Step:
         return _failed(status, world, *_recovering_reason(status))
     planning = status.model_copy(update={"phase": Phase.PLANNING})
     return Step(planning, world.ledger)
+
+
+def _late_trips(
+    status: StableTrainingJobStatus, world: World, attempt: int
+) -> StableTrainingJobStatus:
+    """Trip reports that arrived after the decision (a scrape saw the signal first, or the
+    other pods' reports came later): their inventory joins the choice, and the attempt's
+    trip is counted once (status.lastTrip records which attempt it belongs to)."""
+    trips = _trips(world.pods, attempt)
+    if not trips:
+        return status
+    updates: dict[str, object] = {"checkpoints": merged_inventory(status.checkpoints, trips=trips)}
+    if status.last_trip is None or status.last_trip.attempt != attempt:
+        counters = status.counters
+        updates["last_trip"] = trips[0]
+        updates["counters"] = counters.model_copy(update={"trips": counters.trips + 1})
+    return status.model_copy(update=updates)
 
 
 def _suspended_since(status: StableTrainingJobStatus, world: World) -> datetime:

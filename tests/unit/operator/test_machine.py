@@ -344,3 +344,20 @@ def test_skip_list_too_long_for_status_spills_into_a_config_map() -> None:
     assert step.status.skip_ranges_config_map == "job-skip-ranges"
     assert step.status.skip_ranges_total == 65
     assert len(step.status.active_skip_ranges) == 64
+
+
+def test_trip_report_arriving_after_a_scrape_decision_is_counted_once() -> None:
+    finding = FindingReport(
+        signal="NonFinite", anomaly_class=AnomalyClass.NUMERICAL, onset_step=55,
+        consecutive=1, sustained=True,
+    )  # fmt: skip
+    scrapes = tuple(agent(r, step=56, firing=(finding,)) for r in (0, 1))
+    status = running()
+    stop = advance(status, world(status, pods=(pod(0), pod(1)), scrapes=scrapes))
+    assert stop.status.phase is Phase.STOPPING
+    assert stop.status.counters.trips == 0
+    late = advance(stop.status, world(stop.status, pods=tripped_pods()))
+    assert late.status.counters.trips == 1
+    assert late.status.last_trip is not None
+    again = advance(late.status, world(late.status, pods=tripped_pods()))
+    assert again.status.counters.trips == 1
