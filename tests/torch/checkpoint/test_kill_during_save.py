@@ -78,7 +78,7 @@ def ask(process: subprocess.Popen[str], command: str) -> int:
 def load_copy(directory: Path) -> tuple[object, object]:
     app, cursor = empty_app(), empty_cursor()
     load(
-        {"app": app, "rank0:cursor": cursor},
+        {"app": app, "node0.local0:cursor": cursor},
         storage_reader=FileSystemReader(directory),
         no_dist=True,
     )
@@ -99,7 +99,7 @@ def check_listed_copies(local: Path, pfs: Path, loaded: set[tuple[object, ...]])
     """
     cache = VerifyCache()
     records = build_records(
-        "n0", scan_local(local, "n0", cache), scan_pfs(pfs, cache), combined_fence([local, pfs])
+        "n0", scan_local(local, "0", cache), scan_pfs(pfs, cache), combined_fence([local, pfs])
     )
     checked = 0
     for record in records:
@@ -107,7 +107,7 @@ def check_listed_copies(local: Path, pfs: Path, loaded: set[tuple[object, ...]])
         if record.local_copy("n0") is not None:
             directories.append(local_copy_dir(local, record.step, record.attempt))
         if record.pfs.verified:
-            directories.append(pfs_part_dir(pfs, record.step, record.attempt, "n0"))
+            directories.append(pfs_part_dir(pfs, record.step, record.attempt, "0"))
         for directory in directories:
             key = (directory, fingerprint(directory))
             if key in loaded:

@@ -69,7 +69,7 @@ def test_damaged_local_copy_falls_back_to_pfs_and_reseeds(tiers: tuple[Path, Pat
 def test_both_copies_damaged_falls_back_to_the_older_checkpoint(tiers: tuple[Path, Path]) -> None:
     local, pfs = tiers
     flip_a_byte(local_copy_dir(local, 20, 1))
-    flip_a_byte(pfs_part_dir(pfs, 20, 1, "n0"))
+    flip_a_byte(pfs_part_dir(pfs, 20, 1, "0"))
     holder, result = restore(local, pfs, 2)
     assert result is not None
     assert (result.step, result.source) == (10, "local")  # type: ignore[attr-defined]
@@ -101,7 +101,7 @@ def test_fallback_skips_unstable_for_a_rollback_and_never_restores_spike_markers
     finally:
         manager.close()
     flip_a_byte(local_copy_dir(local, 30, 1))
-    flip_a_byte(pfs_part_dir(pfs, 30, 1, "n0"))
+    flip_a_byte(pfs_part_dir(pfs, 30, 1, "0"))
 
     restart = empty_app()
     manager = CheckpointManager(CheckpointConfig(local, pfs, 2, "n0"), {"app": restart})

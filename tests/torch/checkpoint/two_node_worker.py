@@ -41,10 +41,11 @@ def main() -> None:
     per_node = int(sys.argv[4])
     dist.init_process_group("gloo")
     rank = dist.get_rank()
-    node = f"n{rank // per_node}"
+    node_rank = rank // per_node
+    node = f"n{node_rank}"
     model, optimizer = build(seed=0 if mode == "save" else 999 + rank)
     cursor = Holder({"samples": -1, "shard": ""})
-    config = CheckpointConfig(base / f"local-{node}", base / "pfs", attempt, node)
+    config = CheckpointConfig(base / f"local-{node}", base / "pfs", attempt, node, node_rank)
     manager = CheckpointManager(
         config,
         {"train": ModelOptimizerState(model, optimizer)},

@@ -1,7 +1,7 @@
 """Where every checkpoint file lives, in one place, so writers, scanners and the operator agree.
 
 Local tier (one per node):  <local>/step-0000000200/attempt-3/{DCP files, MANIFEST.json}
-PFS tier (shared):          <pfs>/step-0000000200/attempt-3/node-<name>/{same files}
+PFS tier (shared):          <pfs>/step-0000000200/attempt-3/node-<node rank>/{same files}
 
 The attempt is part of the path so writers of different attempts never touch the same
 files: a stale writer from an earlier attempt can only ever produce an earlier-attempt copy,

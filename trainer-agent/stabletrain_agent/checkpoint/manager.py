@@ -6,10 +6,16 @@ once per process group.  Saving over the whole world would leave each node's loc
 only part of the replicated (data-parallel) state, so a node could not restore alone.  The
 manager therefore runs DCP over a per-node gloo group: each node's local copy holds all the
 state its ranks need, per-rank state (RNG, data cursor) lives under a per-rank key, and the
-node's part on the PFS is a byte copy of its local copy.  A separate world-wide gloo group is
-used only to agree on the restore step.  Neither group is the training group, so checkpoint
-collectives never interleave with training collectives even while a save runs in the
-background.
+node's part on the PFS is a byte copy of its local copy.  A separate world-wide gloo group
+is used only to agree on the restore step.  Neither group is the training group, so
+checkpoint collectives never interleave with training collectives even while a save runs in
+the background.
+
+Identity across relaunches: torchrun's c10d rendezvous hands out global ranks in its own
+order, so a relaunched pod may get another global rank than before.  What stays is the pod's
+node rank (the operator sets it per pod) and the process's local rank, so per-rank keys and
+the node's part (its PFS directory, the owner named in a copy's manifest) use those.  The
+Kubernetes node name only says whose local tier holds a copy, in the inventory.
 """
 
 from __future__ import annotations
@@ -67,6 +73,7 @@ from stabletrain_agent.checkpoint.layout import (
 from stabletrain_agent.checkpoint.manifest import (
     CheckpointCorruptError,
     CopyManifest,
+    read_manifest,
     verify_copy,
 )
 from stabletrain_agent.checkpoint.priority import lower_current_thread_priority
@@ -102,6 +109,7 @@ class CheckpointConfig:
     pfs_root: Path
     attempt: int
     node: str
+    node_rank: int = 0
     keep_local: int = 2
     keep_pfs: int = 3
     max_spike_markers: int = 3
@@ -109,7 +117,7 @@ class CheckpointConfig:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ) -> CheckpointConfig:
-        """The tier paths, attempt and node name the operator puts into every pod."""
+        """The tier paths, attempt, node name and node rank the operator puts into every pod."""
         missing = [
             name
             for name in (env.LOCAL_CHECKPOINT_DIR, env.PFS_CHECKPOINT_DIR, env.ATTEMPT)
@@ -122,7 +130,16 @@ class CheckpointConfig:
             pfs_root=Path(environ[env.PFS_CHECKPOINT_DIR]),
             attempt=int(environ[env.ATTEMPT]),
             node=environ.get(env.NODE_NAME) or os.uname().nodename,
+            node_rank=int(environ.get(env.NODE_RANK) or "0"),
         )
+
+    @property
+    def part(self) -> str:
+        """The name of this pod's part of every checkpoint: its node rank, which a relaunch
+        keeps wherever the pod is scheduled (unlike the global rank or the node)."""
+        if self.node_rank < 0:
+            raise ValueError(f"node rank must be >= 0, got {self.node_rank}")
+        return str(self.node_rank)
 
 
 @dataclass(frozen=True)
@@ -156,10 +173,11 @@ class CheckpointManager:
         self._rank_state = dict(rank_state or {})
         self._distributed = dist.is_available() and dist.is_initialized()
         self.rank = dist.get_rank() if self._distributed else 0
+        self.local_rank = int(os.environ.get("LOCAL_RANK") or "0")
         self.world_size = dist.get_world_size() if self._distributed else 1
         self._world_group: dist.ProcessGroup | None = None
         self._node_group: dist.ProcessGroup | None = None
-        self.nodes: tuple[str, ...] = (config.node,)
+        self.nodes: tuple[str, ...] = (config.part,)
         self.node_ranks: tuple[int, ...] = (0,)
         if self._distributed:
             self._make_groups()
@@ -170,13 +188,14 @@ class CheckpointManager:
         self._started = False
         self._protected: tuple[tuple[int, int], ...] = ()
         self.last_blocking_s = 0.0
+        self._changes = 0
         self.replicator: Replicator | None = None
         if self.is_node_leader:
             config.local_root.mkdir(parents=True, exist_ok=True)
             self.replicator = Replicator(
                 config.local_root,
                 config.pfs_root,
-                config.node,
+                config.part,
                 retry_interval_s=config.replication_retry_s,
                 on_error=log.warning,
                 cache=self._cache,
@@ -184,20 +203,21 @@ class CheckpointManager:
 
     def _make_groups(self) -> None:
         names: list[str] = [""] * self.world_size
-        dist.all_gather_object(names, self.config.node)
-        self.nodes = tuple(sorted(set(names)))
+        dist.all_gather_object(names, self.config.part)
+        self.nodes = tuple(sorted(set(names), key=int))
         self._world_group = dist.new_group(backend="gloo")
         for node in self.nodes:  # every rank creates every group, in the same order
             ranks = [rank for rank, name in enumerate(names) if name == node]
             group = dist.new_group(ranks=ranks, backend="gloo")
-            if node == self.config.node:
+            if node == self.config.part:
                 self._node_group = group
                 self.node_ranks = tuple(ranks)
 
     # ----------------------------------------------------------------- save
 
     def _state(self) -> dict[str, Stateful]:
-        per_rank = {f"rank{self.rank}:{name}": obj for name, obj in self._rank_state.items()}
+        prefix = f"node{self.config.node_rank}.local{self.local_rank}"
+        per_rank = {f"{prefix}:{name}": obj for name, obj in self._rank_state.items()}
         return {**self._app_state, **per_rank}
 
     def save(
@@ -251,7 +271,7 @@ class CheckpointManager:
                 self.config.local_root,
                 step=save.step,
                 attempt=self.config.attempt,
-                node=self.config.node,
+                node=self.config.part,
                 nodes=self.nodes,
                 ranks=self.node_ranks,
                 world_size=self.world_size,
@@ -262,6 +282,7 @@ class CheckpointManager:
             assert self.replicator is not None
             self.replicator.submit(save.step, self.config.attempt)
             self._apply_retention()
+            self._changes += 1
         except BaseException as error:
             save.error = error
             log.error("checkpoint of step %d failed: %s", save.step, error)
@@ -355,12 +376,12 @@ class CheckpointManager:
         found: dict[tuple[int, int], CopyManifest] = {}
         with contextlib.suppress(OSError):
             for key, pfs_check in scan_pfs(self.config.pfs_root, self._cache).items():
-                part = pfs_check.parts.get(self.config.node)
+                part = pfs_check.parts.get(self.config.part)
                 if part is not None and part.manifest is not None:
                     found[key] = part.manifest
                 elif part is not None and part.problem is not None:
                     problems.setdefault(key, []).append(part.problem)
-        local = scan_local(self.config.local_root, self.config.node, self._cache)
+        local = scan_local(self.config.local_root, self.config.part, self._cache)
         for key, check in local.items():
             if check.manifest is not None:
                 found[key] = check.manifest
@@ -374,20 +395,32 @@ class CheckpointManager:
         local = local_copy_dir(self.config.local_root, step, attempt)
         if local.is_dir():
             try:
-                verify_copy(local, step=step, attempt=attempt, node=self.config.node)
+                verify_copy(local, step=step, attempt=attempt, node=self.config.part)
                 return "local"
             except CheckpointCorruptError as error:
-                moved = quarantine(local)
-                rejected.append(f"{error} (moved to {moved.name})")
-                log.error("local copy rejected: %s; kept as %s", error, moved)
-        part = pfs_part_dir(self.config.pfs_root, step, attempt, self.config.node)
+                if self._belongs_to_another_part(local):
+                    log.info("local copy %s is another node rank's; taking the PFS part", local)
+                    remove_tree_durable(local)
+                else:
+                    moved = quarantine(local)
+                    rejected.append(f"{error} (moved to {moved.name})")
+                    log.error("local copy rejected: %s; kept as %s", error, moved)
+        part = pfs_part_dir(self.config.pfs_root, step, attempt, self.config.part)
         try:
-            verify_copy(part, step=step, attempt=attempt, node=self.config.node)
+            verify_copy(part, step=step, attempt=attempt, node=self.config.part)
             self._reseed(part, step, attempt)
             return "pfs"
         except (CheckpointCorruptError, OSError) as error:
             rejected.append(f"PFS part of step {step}: {error}")
             return None
+
+    def _belongs_to_another_part(self, copy: Path) -> bool:
+        """A sound copy of another pod's part: that pod ran on this node before a relaunch
+        placed the pods differently.  It is no damage, and no use to this pod either."""
+        try:
+            return read_manifest(copy).node != self.config.part
+        except CheckpointCorruptError:
+            return False
 
     def _reseed(self, part: Path, step: int, attempt: int) -> None:
         """Copy the node's PFS part to its local tier under a temp name, verify, rename."""
@@ -399,7 +432,7 @@ class CheckpointManager:
             for source in sorted(part.iterdir()):
                 copy_file_synced(source, temp / source.name)
             fsync_dir(temp)
-            verify_copy(temp, step=step, attempt=attempt, node=self.config.node)
+            verify_copy(temp, step=step, attempt=attempt, node=self.config.part)
             os.rename(temp, local_copy_dir(self.config.local_root, step, attempt))
             fsync_dir(parent)
         finally:
@@ -446,6 +479,7 @@ class CheckpointManager:
                 log.warning("cannot record attempt start on the PFS: %s", error)
         self._stager.stage({name: obj.state_dict() for name, obj in self._state().items()})
         self._started = True
+        self._changes += 1
 
     def _sweep_partial_saves(self) -> None:
         """Remove what killed writers left under temporary names on this node's tiers.
@@ -459,8 +493,8 @@ class CheckpointManager:
                 shutil.rmtree(leftover, ignore_errors=True)
         with contextlib.suppress(OSError):
             for pattern in (
-                f"step-*/attempt-*/{TEMP_PREFIX}node-{self.config.node}-*",
-                f"step-*/attempt-*/{TEMP_PREFIX}trash-node-{self.config.node}-*",
+                f"step-*/attempt-*/{TEMP_PREFIX}node-{self.config.part}-*",
+                f"step-*/attempt-*/{TEMP_PREFIX}trash-node-{self.config.part}-*",
             ):
                 for leftover in self.config.pfs_root.glob(pattern):
                     shutil.rmtree(leftover, ignore_errors=True)
@@ -472,7 +506,7 @@ class CheckpointManager:
             return
         fence = combined_fence([self.config.local_root, self.config.pfs_root])
         for (step, attempt), check in scan_local(
-            self.config.local_root, self.config.node, self._cache
+            self.config.local_root, self.config.part, self._cache
         ).items():
             if check.ok and fence.on_lineage(step, attempt):
                 self.replicator.submit(step, attempt)
@@ -480,14 +514,26 @@ class CheckpointManager:
     # ----------------------------------------------------- inventory, flush
 
     def inventory(self) -> list[CheckpointRecord]:
-        """This node's view: its local tier and the PFS (run's completeness per step)."""
+        """This node's view: its local tier and the PFS (run's completeness per step).
+
+        Local copies are reported under the Kubernetes node's name (whose disk holds them),
+        and only those of this pod's part: another pod's leftover is no rollback source.
+        """
         fence = combined_fence([self.config.local_root, self.config.pfs_root])
-        local = scan_local(self.config.local_root, self.config.node, self._cache)
+        local = scan_local(self.config.local_root, self.config.part, self._cache)
         try:
             pfs = scan_pfs(self.config.pfs_root, self._cache)
         except OSError:
             pfs = {}
         return build_records(self.config.node, local, pfs, fence)
+
+    @property
+    def inventory_version(self) -> int:
+        """Grows whenever what `inventory()` reports may have changed on this node: the
+        attempt started, a save committed (and retention ran), a copy reached the PFS, the
+        PFS condition changed.  Reading it costs no I/O, so a caller can poll it every step
+        and scan only when it moved."""
+        return self._changes + (self.replicator.changes if self.replicator else 0)
 
     @property
     def background_busy(self) -> bool:
@@ -531,7 +577,7 @@ class CheckpointManager:
         except StaleAttemptError:
             return
         fence = combined_fence([self.config.local_root, self.config.pfs_root])
-        local = scan_local(self.config.local_root, self.config.node, self._cache)
+        local = scan_local(self.config.local_root, self.config.part, self._cache)
         items = [
             RetentionItem(s, a, c.manifest.stable, c.manifest.spike_marker, fence.on_lineage(s, a))
             for (s, a), c in local.items()
@@ -560,7 +606,7 @@ class CheckpointManager:
         items = []
         for (step, attempt), check in pfs.items():
             manifest = check.any_manifest
-            if manifest is not None and self.config.node in check.parts:
+            if manifest is not None and self.config.part in check.parts:
                 on = fence.on_lineage(step, attempt)
                 items.append(
                     RetentionItem(step, attempt, manifest.stable, manifest.spike_marker, on)
@@ -572,7 +618,7 @@ class CheckpointManager:
             protected=protected,
         ):
             try:
-                part = pfs_part_dir(self.config.pfs_root, step, attempt, self.config.node)
+                part = pfs_part_dir(self.config.pfs_root, step, attempt, self.config.part)
                 remove_tree_durable(part)
                 _prune_empty(part.parent, part.parent.parent)
             except OSError as error:

@@ -176,6 +176,9 @@ class Replicator:
         self._stopping = False
         self.condition = PfsCondition()
         self.bytes_copied = 0
+        self.changes = 0
+        """Grows with every copy that reached the PFS and every change of `condition`: the
+        agent re-exports the inventory only when it moved."""
         self._thread = threading.Thread(
             target=self._run, name="stabletrain-replicator", daemon=True
         )
@@ -239,6 +242,7 @@ class Replicator:
                 self._busy = None
                 if outcome == "done":
                     self._done.add(key)
+                    self.changes += 1
                 elif outcome == "retry":
                     self._pending.add(key)
                 self._lock.notify_all()
@@ -269,9 +273,12 @@ class Replicator:
     def _set_condition(self, available: bool, message: str) -> None:
         if available != self.condition.available:
             self.condition = PfsCondition(available, message)
+            self.changes += 1
             if not available:
                 self._report(message)
         elif not available:
+            if message != self.condition.message:
+                self.changes += 1
             self.condition = PfsCondition(available, message, self.condition.since)
 
     def _report(self, message: str) -> None:
