@@ -8,8 +8,7 @@ PET_* variables, the agent's as STABLETRAIN_* variables), or standalone::
 
 The loop is a plain PyTorch loop; stabletrain adds three lines (marked 1, 2, 3): the Guard
 (signals, NaN protection, directives, trips), its step in place of clip/optimizer/scheduler
-steps, and the checkpoint save; every few steps it also hands the checkpoint inventory to
-the agent's exporter (see INVENTORY_EVERY). The CheckpointManager restores the step the operator's
+steps, and the checkpoint save. The CheckpointManager restores the step the operator's
 directives name, and the data helper (ShardedBatches) resumes at the exact cursor and never
 reads what the skip-list names.
 
@@ -48,8 +47,6 @@ from stabletrain_agent.signals.monitor import Verdict
 from stabletrain_agent.trip import TrainingTripped
 
 LOG_SUBDIR = "tiny-gpt-log"
-INVENTORY_EVERY = 5
-"""Steps between exports of the checkpoint inventory (a directory scan, cached checksums)."""
 
 
 def _option(
@@ -214,11 +211,6 @@ def main() -> None:
             optimizer.zero_grad(set_to_none=True)
             if guard.global_step % args.checkpoint_every == 0:
                 save(manager, guard, verdict)  # 3
-            if guard.exporter is not None and guard.global_step % INVENTORY_EVERY == 0:
-                # The guard exports the inventory only with a trip report. Exporting it as
-                # saves complete keeps the operator's view current, so a decision taken from
-                # a scrape or a crash (no trip report) still knows the newest checkpoints.
-                guard.exporter.set_inventory(manager.inventory())
             record_step(log, guard, batches, corpus)
             time.sleep(args.step_seconds)
         manager.wait()

@@ -13,6 +13,7 @@ import pytest
 import torch
 from torch import nn
 
+from stabletrain_agent.checkpoint.replicate import PfsCondition
 from stabletrain_agent.contract.detection import BaselineConfig, DetectionConfig, NonFiniteConfig
 from stabletrain_agent.contract.directives import Directives, SkipRange, SkipUnit
 from stabletrain_agent.contract.inventory import CheckpointRecord, TierCopy
@@ -71,6 +72,14 @@ class RecordedCheckpoints:
 
     def flush(self, deadline_s: float, before_step: int | None = None) -> None:
         self.flushed.append((deadline_s, before_step))
+
+    @property
+    def inventory_version(self) -> int:
+        return 0
+
+    @property
+    def pfs_condition(self) -> PfsCondition:
+        return PfsCondition()
 
 
 def params_finite(model: nn.Module) -> bool:

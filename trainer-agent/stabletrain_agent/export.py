@@ -45,6 +45,7 @@ from stabletrain_agent.contract.channel import (
     MAX_DIRECTIVES_BYTES,
     METRICS_HTTP_PATH,
     OUTCOME_STATUS,
+    PFS_MESSAGE_MAX,
     STATUS_HTTP_PATH,
     AgentStatus,
     DirectiveAck,
@@ -160,6 +161,8 @@ class _StatusParts:
     lr_scale: float = 1.0
     applied_generation: int = 0
     inventory: tuple[CheckpointRecord, ...] = ()
+    pfs_available: bool | None = None
+    pfs_message: str = ""
     latest_trip: TripReport | None = None
     preflight: PreflightFacts | None = None
 
@@ -260,6 +263,14 @@ class AgentExporter:
         with self._parts_lock:
             self._parts = dataclasses.replace(self._parts, inventory=tuple(records))
 
+    def set_pfs(self, available: bool, message: str) -> None:
+        """Whether this pod's last PFS write succeeded, and the error when it did not."""
+        shown = "" if available else message[:PFS_MESSAGE_MAX]
+        with self._parts_lock:
+            self._parts = dataclasses.replace(
+                self._parts, pfs_available=available, pfs_message=shown
+            )
+
     def set_preflight(self, facts: PreflightFacts) -> None:
         """The run's start-up facts, shown in the status endpoint for the operator's checklist."""
         with self._parts_lock:
@@ -297,6 +308,8 @@ class AgentExporter:
             applied_generation=parts.applied_generation,
             firing=() if snap is None else tuple(_report(f) for f in snap.findings),
             inventory=parts.inventory,
+            pfs_available=parts.pfs_available,
+            pfs_message=parts.pfs_message,
             latest_trip=parts.latest_trip,
             preflight=parts.preflight,
         )

@@ -31,6 +31,7 @@ import math
 import os
 import socket
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -69,12 +70,27 @@ class DirectiveFeed(Protocol):
     def latest(self) -> Directives | None: ...
 
 
+class PfsState(Protocol):
+    """Whether the PFS took the last write (checkpoint.replicate.PfsCondition)."""
+
+    available: bool
+    message: str
+
+
 class Checkpoints(Protocol):
-    """What a trip needs from the checkpoint manager (checkpoint.CheckpointManager)."""
+    """What the guard needs from the checkpoint manager (checkpoint.CheckpointManager)."""
 
     def inventory(self) -> Sequence[CheckpointRecord]: ...
 
     def flush(self, deadline_s: float, before_step: int | None = None) -> object: ...
+
+    @property
+    def inventory_version(self) -> int:
+        """Changes whenever the inventory may have; reading it costs no I/O."""
+        ...
+
+    @property
+    def pfs_condition(self) -> PfsState: ...
 
 
 @dataclass(frozen=True)
@@ -135,8 +151,11 @@ class Guard:
         self.exporter = exporter
         self._saving = saving
         self.checkpoints = checkpoints
-        """Flushed and asked for its inventory on a trip. Settable after construction: the
-        manager usually checkpoints the guard itself, so it is built after it."""
+        """Its inventory is exported whenever it changes, and with the trip report after a
+        flush. Settable after construction: the manager usually checkpoints the guard
+        itself, so it is built after it."""
+        self._exported_version: int | None = None
+        self._inventory_export: threading.Thread | None = None
         self._group = process_group
         distributed = dist.is_available() and dist.is_initialized()
         self.rank = dist.get_rank(process_group) if distributed else 0
@@ -287,6 +306,7 @@ class Guard:
                 lr_scale=self.lr.scale,
                 applied_generation=self.applied_generation,
             )
+            self._export_checkpoints_if_changed()
         self._write_sustained_lineage(verdict)
         if agreed.ranks_with_newer_directives:
             self._adopt_newest(latest)
@@ -294,6 +314,42 @@ class Guard:
             self._trip(verdict)
         self._last_step_end = time.perf_counter()
         return verdict
+
+    def _export_checkpoints_if_changed(self) -> None:
+        """Keep the exporter's inventory current between trips, off the training thread.
+
+        The operator plans a rollback after a crash (no trip report) from its last scrape,
+        so the scrape must already list the newest checkpoints.  The version check costs no
+        I/O; a scan runs only when the manager committed a save, a copy reached the PFS or
+        the PFS condition changed, and in a background thread: the scan verifies parts other
+        nodes wrote to the PFS, which would stall the step.  At most one scan runs at a time;
+        a change during it is picked up by the next step.
+        """
+        if self.checkpoints is None:
+            return
+        version = self.checkpoints.inventory_version
+        running = self._inventory_export
+        if version == self._exported_version or (running is not None and running.is_alive()):
+            return
+        self._exported_version = version
+        self._inventory_export = threading.Thread(
+            target=self._export_checkpoints, name="stabletrain-inventory", daemon=True
+        )
+        self._inventory_export.start()
+
+    def _export_checkpoints(self) -> None:
+        checkpoints, exporter = self.checkpoints, self.exporter
+        if checkpoints is None or exporter is None:
+            return
+        try:
+            records = checkpoints.inventory()
+        except Exception as error:  # a disk error must not end training; retried next step
+            self._exported_version = None
+            print(f"stabletrain: checkpoint inventory not exported: {error!r}", file=sys.stderr)
+            return
+        condition = checkpoints.pfs_condition
+        exporter.set_inventory(records)
+        exporter.set_pfs(condition.available, condition.message)
 
     def state_dict(self) -> dict[str, Any]:
         """Everything to resume exactly: step, monitor baselines, data cursor, LR state.
@@ -427,6 +483,8 @@ class Guard:
         lead = verdict.tripping[0]
         lineage_path = self._write_lineage(lead.onset_step)
         records: Sequence[CheckpointRecord] = ()
+        if self._inventory_export is not None:  # it must not overwrite the newer view below
+            self._inventory_export.join()
         if self.checkpoints is not None:
             # Copies from before the onset are the rollback targets: get them to the PFS.
             self.checkpoints.flush(CHECKPOINT_FLUSH_SECONDS, lead.onset_step)
@@ -443,6 +501,9 @@ class Guard:
         tripped = TrainingTripped(report)
         if self.exporter is not None:
             self.exporter.set_inventory(records)
+            if self.checkpoints is not None:
+                condition = self.checkpoints.pfs_condition
+                self.exporter.set_pfs(condition.available, condition.message)
             self.exporter.record_trip(report)
         if self.env.local_rank == 0:
             if self.env.termination_path is not None:

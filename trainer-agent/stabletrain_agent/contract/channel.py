@@ -126,6 +126,9 @@ class FindingReport(ContractModel):
     evidence: str = Field(default="", max_length=EVIDENCE_MAX)
 
 
+PFS_MESSAGE_MAX = 1024
+
+
 class AgentStatus(ContractModel):
     """GET /v1/status of one pod's agent: what the operator copies into the job's status.
 
@@ -149,6 +152,10 @@ class AgentStatus(ContractModel):
     """Signals firing now, tripping or report-only; Alert and ReduceLR rules act on these."""
     inventory: tuple[CheckpointRecord, ...] = ()
     """Checkpoints this pod knows: the PFS copy and this node's local copy."""
+    pfs_available: bool | None = None
+    """Whether this pod's last write to the PFS tier succeeded; null until it reports."""
+    pfs_message: str = Field(default="", max_length=PFS_MESSAGE_MAX)
+    """Why, when the PFS is not available (the error of the last write)."""
     latest_trip: TripReport | None = None
     preflight: PreflightFacts | None = None
     """The run's stability facts, gathered at start-up; the operator's Preflight condition

@@ -1,0 +1,118 @@
+"""The guard keeps the exporter's checkpoint inventory current between trips: a crash
+without a trip report leaves the operator only its last scrape to plan from."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from stabletrain_agent.checkpoint.manager import CheckpointConfig, CheckpointManager
+from stabletrain_agent.contract.channel import AgentStatus
+from stabletrain_agent.contract.directives import Directives
+from stabletrain_agent.contract.inventory import CheckpointRecord
+from stabletrain_agent.directives import DirectiveSource
+from stabletrain_agent.export import AgentExporter, fetch_status
+from stabletrain_agent.guard import Guard, GuardEnv
+
+
+class CountingManager(CheckpointManager):
+    """The real manager, counting inventory scans (the guard must scan only on change)."""
+
+    scans = 0
+
+    def inventory(self) -> list[CheckpointRecord]:
+        self.scans += 1
+        return super().inventory()
+
+
+@pytest.fixture
+def exporter() -> Iterator[AgentExporter]:
+    source = DirectiveSource(0, Directives(generation=1, attempt=0))
+    exporter = AgentExporter(source=source, token="t", node="node-a", node_rank=0)
+    exporter.start()
+    try:
+        yield exporter
+    finally:
+        exporter.stop()
+
+
+def wait_for_status(
+    exporter: AgentExporter, train_step: Callable[[], None], ready: Callable[[AgentStatus], bool]
+) -> AgentStatus:
+    """Train (the guard exports from its step) until the scraped status satisfies `ready`."""
+    deadline = time.monotonic() + 30
+    while True:
+        train_step()
+        status = fetch_status(exporter.url)
+        if ready(status):
+            return status
+        assert time.monotonic() < deadline, f"status never got there: {status}"
+        time.sleep(0.02)
+
+
+def test_a_committed_save_is_scraped_without_any_trip(
+    tmp_path: Path, exporter: AgentExporter
+) -> None:
+    torch.manual_seed(0)
+    model = nn.Linear(8, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    source = DirectiveSource(0, Directives(generation=1, attempt=0))
+    guard = Guard(
+        model, optimizer, directives=source, exporter=exporter, guard_env=GuardEnv(node="node-a")
+    )
+    manager = CountingManager(
+        CheckpointConfig(tmp_path / "local", tmp_path / "pfs", 0, "node-a"),
+        {"train": guard},
+    )
+    guard.checkpoints = manager
+    (tmp_path / "pfs").mkdir()
+    assert manager.restore() is None
+
+    def train_step() -> None:
+        loss = model(torch.randn(4, 8)).pow(2).mean()
+        loss.backward()
+        guard.step(loss)
+        optimizer.zero_grad()
+
+    try:
+        started = wait_for_status(exporter, train_step, lambda s: s.pfs_available is True)
+        assert started.inventory == ()
+        saved_at = guard.global_step
+        manager.save(saved_at, stable=True)
+        manager.wait()
+
+        def listed_everywhere(status: AgentStatus) -> bool:
+            record = next((r for r in status.inventory if r.step == saved_at), None)
+            return record is not None and record.pfs.verified and bool(record.local_copy("node-a"))
+
+        status = wait_for_status(exporter, train_step, listed_everywhere)
+        assert status.latest_trip is None
+        assert [(r.step, r.stable) for r in status.inventory] == [(saved_at, True)]
+        assert status.pfs_available is True
+        assert status.pfs_message == ""
+
+        time.sleep(0.2)  # any export still running finishes
+        scans = manager.scans
+        for _ in range(20):
+            train_step()
+        time.sleep(0.2)
+        assert manager.scans == scans  # nothing changed: no scan
+
+        (tmp_path / "pfs").rename(tmp_path / "pfs-gone")  # the PFS goes away
+        second = guard.global_step
+        manager.save(second, stable=True)
+        manager.wait()
+        down = wait_for_status(exporter, train_step, lambda s: s.pfs_available is False)
+        assert "not there" in down.pfs_message
+        assert [(r.step, r.pfs.complete, bool(r.local)) for r in down.inventory] == [
+            (saved_at, False, True),
+            (second, False, True),
+        ]
+    finally:
+        manager.close()
+        guard.close()
