@@ -8,7 +8,6 @@ STAMP := $(VENV)/.installed
 export STABLETRAIN_CACHE ?= $(HOME)/.cache/stabletrain
 K8S_VERSION ?= v1.34.4
 export STABLETRAIN_K8S_BIN_DIR ?= $(STABLETRAIN_CACHE)/k8s/$(K8S_VERSION)
-K8S_BINS := etcd kube-apiserver kube-controller-manager kubectl helm
 PYTEST_ARGS ?=
 
 .PHONY: help install lint test unit crds k8s-bins demo bench clean
@@ -38,7 +37,7 @@ lint: $(STAMP) ## ruff, mypy --strict on both packages, import contracts
 	MYPYPATH=tests $(VENV)/bin/mypy -p support
 	$(VENV)/bin/lint-imports
 
-unit: $(STAMP) ## the tests that need no cluster
+unit: $(STAMP) k8s-bins ## the tests that need no cluster (the chart's need helm and the PromQL checker)
 	$(PY) -m pytest -m "not integration and not e2e" $(PYTEST_ARGS)
 
 test: $(STAMP) k8s-bins lint ## everything CI runs: lint, unit, integration and end-to-end tests
