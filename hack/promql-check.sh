@@ -12,7 +12,10 @@ out=$cache/k8s/promql-check-$PROMETHEUS_VERSION
 src=$(cd "$(dirname "$0")/promql-check" && pwd)
 export CGO_ENABLED=0 GOFLAGS=-buildvcs=false
 
-if [[ ! -x $out/promql-check || $src/main.go -nt $out/promql-check ]]; then
+# Rebuilt when main.go's content changes (not its mtime: every fresh clone is newer).
+stamp=$out/main.go.sha256
+want=$(sha256sum "$src/main.go" | cut -d' ' -f1)
+if [[ ! -x $out/promql-check || $(cat "$stamp" 2>/dev/null) != "$want" ]]; then
     printf 'promql-check: building against github.com/prometheus/prometheus %s\n' \
         "$PROMETHEUS_VERSION" >&2
     work=$cache/k8s/build/promql-check-$PROMETHEUS_VERSION
@@ -29,5 +32,6 @@ if [[ ! -x $out/promql-check || $src/main.go -nt $out/promql-check ]]; then
         go build -trimpath -ldflags "-s -w" -o "$out/promql-check.tmp" .
     )
     mv "$out/promql-check.tmp" "$out/promql-check"
+    echo "$want" >"$stamp"
 fi
 echo "$out/promql-check"
