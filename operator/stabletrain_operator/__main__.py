@@ -1,7 +1,13 @@
 """`python -m stabletrain_operator`: the operator with its metrics port and liveness probe.
 
 Standalone (no peering) by default; `--peering NAME` joins kopf's peering for HA replicas
-(only one replica handles jobs at a time; needs kopf's peering CRD installed).
+(only one replica handles jobs at a time; needs kopf's peering CRD installed), and
+`--priority N` tells the replicas apart: kopf pauses every replica but the highest, and all
+of them when two share the highest.
+
+With `--namespace`, kopf's cluster scanning (listing and watching all namespaces and CRDs)
+is off: a namespaced release has no right to it, and kopf retried the refused lists for
+about a minute before falling back to the namespaces given, which it now serves at once.
 """
 
 from __future__ import annotations
@@ -21,6 +27,9 @@ def _arguments() -> argparse.Namespace:
         "--namespace", action="append", default=[], help="watch only these (repeatable)"
     )
     parser.add_argument("--peering", default=None, help="kopf peering name for HA replicas")
+    parser.add_argument(
+        "--priority", type=int, default=None, help="kopf peering priority (distinct per replica)"
+    )
     parser.add_argument("--metrics-port", type=int, default=8000)
     parser.add_argument(
         "--liveness",
@@ -40,10 +49,14 @@ def run() -> None:
     logging.getLogger("kopf").setLevel(logging.DEBUG if args.verbose else logging.WARNING)
     importlib.import_module("stabletrain_operator.main")  # registers the handlers
     metrics.serve(args.metrics_port)
+    settings = kopf.OperatorSettings()
+    settings.scanning.disabled = bool(args.namespace)
     kopf.run(
         registry=kopf.get_default_registry(),
+        settings=settings,
         standalone=args.peering is None,
         peering_name=args.peering,
+        priority=args.priority,
         liveness_endpoint=args.liveness or None,
         clusterwide=not args.namespace,
         namespaces=args.namespace,

@@ -379,11 +379,6 @@ def test_the_operator_accepts_the_charts_arguments(monkeypatch: pytest.MonkeyPat
     assert args.verbose is True
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=SystemExit,
-    reason="HA needs `--priority` in stabletrain_operator.__main__ (passed to kopf.run)",
-)
 def test_the_operator_accepts_the_ha_arguments(monkeypatch: pytest.MonkeyPatch) -> None:
     out = render(values_files=(CLUSTER_ALL_ON,))
     args = parse_operator_args(operator_argv(out), monkeypatch)
