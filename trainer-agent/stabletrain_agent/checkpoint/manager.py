@@ -130,7 +130,9 @@ class CheckpointConfig:
             pfs_root=Path(environ[env.PFS_CHECKPOINT_DIR]),
             attempt=int(environ[env.ATTEMPT]),
             node=environ.get(env.NODE_NAME) or os.uname().nodename,
-            node_rank=int(environ.get(env.NODE_RANK) or "0"),
+            # Outside the operator torchrun's GROUP_RANK is the node rank (stable only with
+            # the static rendezvous, which keeps --node-rank).
+            node_rank=int(environ.get(env.NODE_RANK) or environ.get("GROUP_RANK") or "0"),
         )
 
     @property
