@@ -1,11 +1,12 @@
 """The operator's own Prometheus metrics, on a private registry served on its own port.
 
-Labels carry only small fixed sets (signal, action, error kind), never a job's step.
+Labels carry only small fixed sets (signal, action, error kind), never a job's step; the
+budget gauge alone is per job (jobs are few), and its series go when the job goes.
 """
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -50,6 +51,26 @@ RECONCILE_ERRORS = Counter(
     ["kind"],
     registry=REGISTRY,
 )
+BUDGET_REMAINING = Gauge(
+    "stabletrain_operator_budget_remaining",
+    "Rollbacks (budgets.maxRollbacks) and restarts (budgets.maxRestarts) a job may still "
+    "take; the policy fails the job when it needs one more at 0.",
+    # Not `namespace`/`job`: Prometheus's own target labels would rename them to exported_*.
+    ["stabletrain_namespace", "stabletrain_job", "kind"],
+    registry=REGISTRY,
+)
+BUDGET_KINDS = ("rollback", "restart")
+
+
+def set_budget_remaining(namespace: str, job: str, *, rollbacks: int, restarts: int) -> None:
+    BUDGET_REMAINING.labels(namespace, job, "rollback").set(max(rollbacks, 0))
+    BUDGET_REMAINING.labels(namespace, job, "restart").set(max(restarts, 0))
+
+
+def forget_job(namespace: str, job: str) -> None:
+    """Drop a deleted job's series, so no alert fires on a job that no longer exists."""
+    for kind in BUDGET_KINDS:
+        BUDGET_REMAINING.remove(namespace, job, kind)  # a label set never set: nothing to do
 
 
 def serve(port: int, address: str = "0.0.0.0") -> None:

@@ -223,7 +223,14 @@ def status_json(status: StableTrainingJobStatus) -> dict[str, Any]:
     return data
 
 
-def _record_metrics(step: Step) -> None:
+def _record_metrics(key: JobKey, spec: StableTrainingJobSpec, step: Step) -> None:
+    budgets = spec.recovery.budgets
+    metrics.set_budget_remaining(
+        key.namespace,
+        key.name,
+        rollbacks=budgets.max_rollbacks - step.ledger.rollbacks_used,
+        restarts=budgets.max_restarts - step.ledger.restarts_used,
+    )
     decision = step.decision
     if decision is not None:
         metrics.DECISIONS.labels(decision.action.value).inc()
@@ -250,6 +257,7 @@ async def tick(kube: Kube, key: JobKey, indexed: Iterable[PodFacts], memory: Job
     """One reconcile; False once the job is gone (the daemon may end)."""
     job = await asyncio.to_thread(kube.get_job, key.namespace, key.name)
     if job is None or job["metadata"].get("deletionTimestamp"):
+        metrics.forget_job(key.namespace, key.name)
         return False
     parsed = _parse(job)
     if parsed is None:
@@ -298,5 +306,5 @@ async def tick(kube: Kube, key: JobKey, indexed: Iterable[PodFacts], memory: Job
     await asyncio.to_thread(_put_live, memory.token, step, facts)
     for event in step.events:
         await asyncio.to_thread(kube.event, job, event.type, event.reason, event.message)
-    _record_metrics(step)
+    _record_metrics(key, spec, step)
     return True

@@ -16,6 +16,7 @@ asks for nothing cluster-wide and is refused nothing.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -120,6 +121,12 @@ def test_operator_with_the_chart_service_account_rolls_a_job_back(
     assert entry["lrScale"] == 0.5
     assert done["attempt"] == 1
     assert done["counters"]["rollbacks"] == 1
+    exposed = chart_operator.metrics()
+    budget = r'budget_remaining\{kind="(\w+)",stabletrain_job="rbac",[^}]*\} (\S+)'
+    remaining = dict(re.findall(budget, exposed))
+    assert remaining == {"rollback": "4.0", "restart": "10.0"}, [  # defaults 5 and 10
+        line for line in exposed.splitlines() if "budget" in line
+    ]
     directives = jobs.config_map("rbac-a1-directives")["data"]["directives.json"]
     assert '"resumeStep":10' in directives.replace(" ", "")
     reasons = [e["reason"] for e in jobs.events("rbac")]

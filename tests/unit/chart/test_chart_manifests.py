@@ -246,6 +246,8 @@ def test_agent_port_at_either_end_leaves_one_worker_range(port: int) -> None:
 SERIES = re.compile(r"\bstabletrain_[a-z0-9_]+")
 JOB_SERIES_LABEL = "stabletrain_job"
 """The label the PodMonitor's relabeling gives agent series; queries group by it."""
+JOB_NAMESPACE_LABEL = "stabletrain_namespace"
+"""The job's namespace on the operator's per-job budget gauge (metrics.BUDGET_REMAINING)."""
 
 
 def agent_series() -> set[str]:
@@ -260,7 +262,8 @@ def queried_series() -> set[str]:
     dashboard = json.loads((CHART / "dashboards" / "stabletrain-jobs.json").read_text())
     exprs += [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
     exprs += [a["expr"] for a in dashboard["annotations"]["list"] if "expr" in a]
-    return {name for expr in exprs for name in SERIES.findall(expr)} - {JOB_SERIES_LABEL}
+    labels = {JOB_SERIES_LABEL, JOB_NAMESPACE_LABEL}
+    return {name for expr in exprs for name in SERIES.findall(expr)} - labels
 
 
 def test_agent_series_get_the_job_label_the_queries_use() -> None:
