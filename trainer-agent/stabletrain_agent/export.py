@@ -49,7 +49,6 @@ from stabletrain_agent.contract.channel import (
     STATUS_HTTP_PATH,
     AgentStatus,
     DirectiveAck,
-    FindingReport,
     LiveOutcome,
     bearer,
     parse_agent_status,
@@ -60,7 +59,7 @@ from stabletrain_agent.contract.directives import Directives, parse_directives
 from stabletrain_agent.contract.inventory import CheckpointRecord
 from stabletrain_agent.contract.names import AnomalyClass, Signal
 from stabletrain_agent.contract.preflight import PreflightFacts
-from stabletrain_agent.contract.trip import EVIDENCE_MAX, TripReport
+from stabletrain_agent.contract.trip import TripReport
 from stabletrain_agent.directives import DirectiveSource
 from stabletrain_agent.signals.monitor import Finding, MonitorSnapshot
 
@@ -306,7 +305,7 @@ class AgentExporter:
             lr_scale=parts.lr_scale,
             tokens_per_second=None if snap is None else snap.tokens_per_second,
             applied_generation=parts.applied_generation,
-            firing=() if snap is None else tuple(_report(f) for f in snap.findings),
+            firing=() if snap is None else tuple(f.to_report() for f in snap.findings),
             inventory=parts.inventory,
             pfs_available=parts.pfs_available,
             pfs_message=parts.pfs_message,
@@ -570,19 +569,6 @@ class _Handler(BaseHTTPRequestHandler):
 
 def _set(gauge: Gauge, value: float | None) -> None:
     gauge.set(math.nan if value is None else value)
-
-
-def _report(finding: Finding) -> FindingReport:
-    return FindingReport(
-        signal=finding.signal,
-        anomaly_class=finding.anomaly_class,
-        value=finding.value,
-        threshold=finding.threshold,
-        onset_step=finding.onset_step,
-        consecutive=finding.consecutive,
-        sustained=finding.sustained,
-        evidence=finding.evidence[:EVIDENCE_MAX],
-    )
 
 
 # --- the operator's side of the channel ------------------------------------------------

@@ -18,10 +18,8 @@ from typing import Any
 import pytest
 from replay_histories import Row, history, write_csv
 
-from stabletrain_agent.contract.channel import AgentStatus, FindingReport
-from stabletrain_agent.contract.names import AnomalyClass
-from stabletrain_agent.contract.trip import EVIDENCE_MAX
-from stabletrain_agent.signals.monitor import Finding, SignalMonitor, StepObservation
+from stabletrain_agent.contract.channel import AgentStatus
+from stabletrain_agent.signals.monitor import SignalMonitor, StepObservation
 from stabletrain_agent.trip import build_trip_report
 from stabletrain_operator.api.constants import Phase
 from stabletrain_operator.api.spec import StableTrainingJobSpec
@@ -46,19 +44,6 @@ def job_spec(policy: ReplayPolicy) -> StableTrainingJobSpec:
             "detection": policy.detection.model_dump(by_alias=True),
             "recovery": policy.recovery.model_dump(by_alias=True),
         }
-    )
-
-
-def report(finding: Finding) -> FindingReport:
-    return FindingReport(
-        signal=finding.signal,
-        anomaly_class=AnomalyClass(finding.anomaly_class),
-        value=finding.value,
-        threshold=finding.threshold,
-        onset_step=finding.onset_step,
-        consecutive=finding.consecutive,
-        sustained=finding.sustained,
-        evidence=finding.evidence[:EVIDENCE_MAX],
     )
 
 
@@ -112,7 +97,7 @@ def live_first_decision(rows: list[Row], policy: ReplayPolicy) -> tuple[int, Dec
             scrapes: tuple[ScrapeResult, ...] = ()
         elif any(f.sustained for f in verdict.findings):
             pods = tuple(pod(r, PodState.RUNNING) for r in range(len(NODES)))
-            firing = tuple(report(f) for f in verdict.findings)
+            firing = tuple(f.to_report() for f in verdict.findings)
             scrapes = tuple(
                 ScrapeResult(
                     pod=f"job-a0-{r}",

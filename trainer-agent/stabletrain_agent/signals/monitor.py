@@ -14,10 +14,13 @@ from collections.abc import Collection, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from stabletrain_agent.contract.channel import FindingReport
 from stabletrain_agent.contract.detection import CustomSignalConfig, DetectionConfig
 from stabletrain_agent.contract.names import AnomalyClass, Signal
+from stabletrain_agent.contract.trip import EVIDENCE_MAX
 from stabletrain_agent.signals.attribution import (
     RECURRENCE_STEPS,
+    Attribution,
     StepRecord,
     attribute_grad_norm_spike,
     attribute_loss_spike,
@@ -75,6 +78,20 @@ class Finding:
     """The run is long enough to count: only sustained findings can trip."""
     evidence: str
     """One sentence saying why this fired and why this class was chosen."""
+
+    def to_report(self) -> FindingReport:
+        """The finding as the status endpoint carries it (evidence cut to the contract's bound);
+        the agent's exporter and the replay CLI both go through here, so they agree."""
+        return FindingReport(
+            signal=self.signal,
+            anomaly_class=self.anomaly_class,
+            value=self.value,
+            threshold=self.threshold,
+            onset_step=self.onset_step,
+            consecutive=self.consecutive,
+            sustained=self.sustained,
+            evidence=self.evidence[:EVIDENCE_MAX],
+        )
 
 
 @dataclass(frozen=True)
@@ -251,34 +268,13 @@ class SignalMonitor:
         return True
 
     def _loss_finding(self, reading: SpikeReading, record: StepRecord) -> Finding:
-        onset = reading.onset_step
-        assert onset is not None  # an anomalous reading has started a streak
+        onset = _onset(reading)
         attribution = attribute_loss_spike(onset, record, self._history)
-        return Finding(
-            signal=Signal.LOSS_SPIKE.value,
-            anomaly_class=attribution.anomaly_class,
-            value=reading.value,
-            threshold=_bound(reading.threshold),
-            onset_step=onset,
-            consecutive=reading.consecutive,
-            sustained=reading.sustained,
-            evidence=f"loss {_versus(reading)}; {attribution.evidence}",
-        )
+        return _spike_finding(Signal.LOSS_SPIKE, "loss", reading, attribution)
 
     def _grad_norm_finding(self, reading: SpikeReading, record: StepRecord) -> Finding:
-        onset = reading.onset_step
-        assert onset is not None  # an anomalous reading has started a streak
         attribution = attribute_grad_norm_spike(record, self._history)
-        return Finding(
-            signal=Signal.GRAD_NORM_SPIKE.value,
-            anomaly_class=attribution.anomaly_class,
-            value=reading.value,
-            threshold=_bound(reading.threshold),
-            onset_step=onset,
-            consecutive=reading.consecutive,
-            sustained=reading.sustained,
-            evidence=f"grad norm {_versus(reading)}; {attribution.evidence}",
-        )
+        return _spike_finding(Signal.GRAD_NORM_SPIKE, "grad norm", reading, attribution)
 
     def _take_snapshot(self, obs: StepObservation, findings: list[Finding]) -> MonitorSnapshot:
         sustained = [f for f in findings if f.sustained]
@@ -409,4 +405,26 @@ def _empty_snapshot() -> MonitorSnapshot:
         spike_onset_step=None,
         non_finite_total=0,
         anomaly_class=None,
+    )
+
+
+def _onset(reading: SpikeReading) -> int:
+    onset = reading.onset_step
+    assert onset is not None  # an anomalous reading has started a streak
+    return onset
+
+
+def _spike_finding(
+    signal: Signal, series: str, reading: SpikeReading, attribution: Attribution
+) -> Finding:
+    """Loss and grad-norm spikes report the same way; only the series and its cause differ."""
+    return Finding(
+        signal=signal.value,
+        anomaly_class=attribution.anomaly_class,
+        value=reading.value,
+        threshold=_bound(reading.threshold),
+        onset_step=_onset(reading),
+        consecutive=reading.consecutive,
+        sustained=reading.sustained,
+        evidence=f"{series} {_versus(reading)}; {attribution.evidence}",
     )

@@ -29,9 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
-from stabletrain_agent.contract.channel import FindingReport
 from stabletrain_agent.contract.names import Action
-from stabletrain_agent.contract.trip import EVIDENCE_MAX
 from stabletrain_agent.signals.monitor import Finding, SignalMonitor, StepObservation, Verdict
 from stabletrain_agent.trip import build_trip_report
 from stabletrain_operator.cli.replay.history import MetricsHistory, MetricsRow
@@ -234,23 +232,9 @@ def _observations(
     names = tuple(f.signal for f in live)
     return [
         finding_observation(
-            _finding_report(f),
+            f.to_report(),
             step=verdict.step,
             firing_with=tuple(name for name in names if name != f.signal),
         )
         for f in live
     ]
-
-
-def _finding_report(finding: Finding) -> FindingReport:
-    """The finding as the agent's status endpoint serialises it (evidence bounded)."""
-    return FindingReport(
-        signal=finding.signal,
-        anomaly_class=finding.anomaly_class,
-        value=finding.value,
-        threshold=finding.threshold,
-        onset_step=finding.onset_step,
-        consecutive=finding.consecutive,
-        sustained=finding.sustained,
-        evidence=finding.evidence[:EVIDENCE_MAX],
-    )
