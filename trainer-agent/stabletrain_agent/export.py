@@ -61,6 +61,7 @@ from stabletrain_agent.contract.names import AnomalyClass, Signal
 from stabletrain_agent.contract.preflight import PreflightFacts
 from stabletrain_agent.contract.trip import TripReport
 from stabletrain_agent.directives import DirectiveSource
+from stabletrain_agent.heartbeat import HeartbeatClock
 from stabletrain_agent.signals.monitor import Finding, MonitorSnapshot
 
 _log = logging.getLogger(__name__)
@@ -76,6 +77,8 @@ SHUTDOWN_POLL_SECONDS = 0.05
 """How often the serving thread checks for stop(): a stop returns within about this long."""
 LOCAL_RANK_ENV = "LOCAL_RANK"
 """Set by torchrun; only local rank 0 of a pod serves."""
+GLOBAL_RANK_ENV = "RANK"
+"""Set by torchrun: the global rank the heartbeat names."""
 
 
 class _Metrics:
@@ -176,6 +179,7 @@ class AgentExporter:
         token: str,
         node: str,
         node_rank: int,
+        rank: int | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
@@ -186,6 +190,9 @@ class AgentExporter:
         self._node_rank = node_rank
         self._address = (host, port)
         self._clock = clock
+        self._heartbeat = HeartbeatClock(
+            rank=node_rank if rank is None else rank, clock=clock, thread=threading.get_ident()
+        )
         self.registry = CollectorRegistry(auto_describe=True)
         self._metrics = _Metrics(self.registry)
         self._parts = _StatusParts(applied_generation=source.applied_generation)
@@ -209,11 +216,17 @@ class AgentExporter:
         raw_rank = environ.get(env.NODE_RANK, "0")
         if not raw_rank.isdigit():
             raise ValueError(f"{env.NODE_RANK} must be a non-negative integer, got {raw_rank!r}")
+        raw_global = environ.get(GLOBAL_RANK_ENV, raw_rank)
+        if not raw_global.isdigit():
+            raise ValueError(
+                f"{GLOBAL_RANK_ENV} must be a non-negative integer, got {raw_global!r}"
+            )
         return cls(
             source=source,
             token=environ.get(env.DIRECTIVES_TOKEN, ""),
             node=environ.get(env.NODE_NAME) or socket.gethostname(),
             node_rank=int(raw_rank),
+            rank=int(raw_global),
             host=environ.get(env.AGENT_BIND_ADDRESS, env.DEFAULT_AGENT_BIND_ADDRESS),
             port=int(raw_port),
         )
@@ -223,7 +236,10 @@ class AgentExporter:
     def update(
         self, snapshot: MonitorSnapshot, *, lr_scale: float, applied_generation: int
     ) -> None:
-        """Publish one step's monitor state and the directives the run now applies."""
+        """Publish one step's monitor state and the directives the run now applies; the
+        calling thread is the training thread the heartbeat watches."""
+        if snapshot.step is not None:
+            self._heartbeat.completed(snapshot.step)
         m = self._metrics
         _set(m.step, snapshot.step)
         _set(m.loss, snapshot.loss)
@@ -311,6 +327,7 @@ class AgentExporter:
             pfs_message=parts.pfs_message,
             latest_trip=parts.latest_trip,
             preflight=parts.preflight,
+            heartbeat=self._heartbeat.read(),
         )
 
     def authorized(self, authorization: str | None) -> bool:

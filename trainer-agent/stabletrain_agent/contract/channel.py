@@ -127,6 +127,54 @@ class FindingReport(ContractModel):
 
 
 PFS_MESSAGE_MAX = 1024
+FRAME_MAX = 256
+
+
+class ThreadPlace(StrEnum):
+    """Where the training thread is, read from its Python stack when the status is served.
+
+    A hang leaves every rank blocked, but not in the same place: the rank that stopped first
+    sits in its own code (a data loader, a deadlock, a sleep), the others wait inside torch
+    for it (a collective, or a backward pass whose gradients DDP all-reduces).
+    """
+
+    TORCH = "Torch"
+    """Inside torch: a collective, a backward pass, a kernel launch or a device sync."""
+    CHECKPOINT = "Checkpoint"
+    """Inside the agent's checkpoint manager: a save or a restore, never a stall."""
+    ELSEWHERE = "Elsewhere"
+    """In the training script or a library it calls (data loading, I/O, a sleep)."""
+    GONE = "Gone"
+    """The training thread has ended (training finished, or it raised)."""
+
+
+class Heartbeat(ContractModel):
+    """One rank's progress, served off the training thread so that a hung loop cannot
+    silence it: a rank blocked in a collective still answers, a dead process does not.
+
+    Times are the agent's own clock; the operator only compares them with `updatedAt` of
+    the same answer, so clock skew between nodes never fakes a stall.
+    """
+
+    rank: int = Field(ge=0)
+    """Global rank of the process that serves (local rank 0 of the pod)."""
+    started_at: AwareDatetime
+    """When this process's agent started: the attempt's start-up is measured from here."""
+    steps_completed: int = Field(default=0, ge=0)
+    """Steps this process completed since it started (0 while it restores and warms up)."""
+    last_step: int | None = Field(default=None, ge=0)
+    """Global step last completed; null before the first."""
+    last_step_at: AwareDatetime | None = None
+    """When it completed."""
+    slowest_step_seconds: float | None = Field(default=None, ge=0.0)
+    """Longest gap between two completed steps among the recent ones (saves included):
+    what the default stall bound is sized from."""
+    in_step: bool = False
+    """True between two completed steps (the process has started training and not ended)."""
+    place: ThreadPlace = ThreadPlace.ELSEWHERE
+    frame: str = Field(default="", max_length=FRAME_MAX)
+    """The training thread's innermost frame outside torch and the standard library
+    (file:line function): where a rank that stopped first is stuck."""
 
 
 class AgentStatus(ContractModel):
@@ -160,6 +208,8 @@ class AgentStatus(ContractModel):
     preflight: PreflightFacts | None = None
     """The run's stability facts, gathered at start-up; the operator's Preflight condition
     judges them."""
+    heartbeat: Heartbeat | None = None
+    """Progress of the serving rank; the operator decides Stalled from it."""
 
 
 def parse_agent_status(payload: str | bytes) -> AgentStatus:
