@@ -50,7 +50,8 @@ from stabletrain_agent.contract.directives import DEFAULT_TRIP_ON, Directives, p
 from stabletrain_agent.contract.inventory import CheckpointRecord, compact_inventory
 from stabletrain_agent.contract.names import custom_signal
 from stabletrain_agent.contract.preflight import PreflightFacts
-from stabletrain_agent.data import ShardedBatches, skip_list_from_directives
+from stabletrain_agent.data import skip_list_from_directives
+from stabletrain_agent.data.source import BatchSource
 from stabletrain_agent.directives import DirectiveSource
 from stabletrain_agent.export import AgentExporter
 from stabletrain_agent.lineage import LineageRing, lineage_dir, suspect_shards, write_window
@@ -128,7 +129,7 @@ class Guard:
         scheduler: LRScheduler | None = None,
         scaler: GradScaler | None = None,
         max_grad_norm: float | None = 1.0,
-        data: ShardedBatches[Any, Any] | None = None,
+        data: BatchSource | None = None,
         directives: DirectiveFeed | None = None,
         exporter: AgentExporter | None = None,
         checkpoints: Checkpoints | None = None,

@@ -29,7 +29,7 @@ from stabletrain_agent.contract.preflight import (
     PreflightFacts,
     TierFacts,
 )
-from stabletrain_agent.data import ShardedBatches
+from stabletrain_agent.data.source import BatchSource
 
 WARMUP_PROBE_STEPS = 100_000
 """Longest warm-up the probe looks for; past it the schedule is reported as never peaking
@@ -154,7 +154,7 @@ def gather_facts(
     scheduler: LRScheduler | None,
     scaler: GradScaler | None,
     max_grad_norm: float | None,
-    data: ShardedBatches[Any, Any] | None,
+    data: BatchSource | None,
     warmup_steps: int | None = None,
     checkpoint_interval_steps: int | None = None,
     world_size: int = 1,

@@ -76,6 +76,34 @@ class BatchLineage:
     ranges: tuple[SampleRange, ...]
 
 
+@dataclass(frozen=True)
+class GlobalBatch:
+    """One global batch taken from the stream, and the cursor right after it."""
+
+    batch_index: int
+    ranges: list[SampleRange]
+    position: int
+    next_batch_index: int
+
+
+def next_global_batch(
+    layout: ShardLayout, skip: SkipList, position: int, batch_index: int, global_size: int
+) -> GlobalBatch:
+    """The next global batch the skip-list lets through, from the cursor (position, index).
+
+    Batches skipped whole still advance the index (without reading a sample), so the
+    indices of every later batch stay the same across rollbacks that grow the skip-list.
+    """
+    while True:
+        index = batch_index
+        skipped_shards = skip.shards_skipped_in(index)
+        layout.check_skippable(skipped_shards)
+        ranges, position = layout.take(position, global_size, skipped_shards)
+        batch_index += 1
+        if not skip.skips_batch(index):
+            return GlobalBatch(index, ranges, position, batch_index)
+
+
 class ShardedBatches(Generic[Chunk, Batch]):
     """An endless iterator of this rank's batches; ``state_dict`` is the exact cursor.
 
@@ -133,22 +161,21 @@ class ShardedBatches(Generic[Chunk, Batch]):
         return self
 
     def __next__(self) -> Batch:
-        global_size = self._batch_size * self._world_size
-        while True:
-            batch_index = self._batch_index
-            skipped_shards = self._skip.shards_skipped_in(batch_index)
-            self._layout.check_skippable(skipped_shards)
-            ranges, self._position = self._layout.take(self._position, global_size, skipped_shards)
-            self._batch_index += 1
-            if not self._skip.skips_batch(batch_index):
-                break
+        taken = next_global_batch(
+            self._layout,
+            self._skip,
+            self._position,
+            self._batch_index,
+            self._batch_size * self._world_size,
+        )
+        self._position, self._batch_index = taken.position, taken.next_batch_index
         first = self._rank * self._batch_size
-        mine = slice_ranges(ranges, first, first + self._batch_size)
+        mine = slice_ranges(taken.ranges, first, first + self._batch_size)
         chunks = []
         for sample_range in mine:
             self.read_log.append(sample_range)
             chunks.append(self._read(sample_range.shard_id, sample_range.start, sample_range.stop))
-        self.last_lineage = BatchLineage(batch_index, tuple(mine))
+        self.last_lineage = BatchLineage(taken.batch_index, tuple(mine))
         return self._combine(chunks)
 
     def state_dict(self) -> dict[str, Any]:
