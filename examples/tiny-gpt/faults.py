@@ -4,7 +4,7 @@ Poisoned shards are data: they stay poisoned in every attempt, and only the skip
 operator hands to the relaunched pods keeps training away from them. The other faults
 (NaN, a killed rank, a stalled rank) are accidents of one moment, so they strike only in
 the attempt named by `fault_attempt` (the first, by default): a relaunch that hit them again
-would never finish.
+would never finish. A bad node (`kill_node`) is the exception: it kills whatever runs on it.
 """
 
 from __future__ import annotations
@@ -28,16 +28,29 @@ class Faults:
     kill_at: int = -1
     """Step at which `kill_rank` SIGKILLs itself (before its forward pass)."""
     kill_rank: int = 1
+    kill_node: str = ""
+    """A bad node: whichever rank runs on the node of this name SIGKILLs itself at `kill_at`,
+    in every attempt (the node is the fault, not the moment)."""
+    node: str = ""
+    """The node this rank runs on."""
     stall_at: int = -1
     """Step at which `stall_rank` stops making progress for `stall_seconds`."""
     stall_rank: int = 1
     stall_seconds: float = 0.0
+    slow_rank: int = -1
+    """A slow rank: it sleeps `slow_seconds` before every step, in every attempt."""
+    slow_seconds: float = 0.0
 
     def strikes(self, attempt: int) -> bool:
         return attempt == self.fault_attempt
 
     def before_step(self, step: int, rank: int, attempt: int) -> None:
         """Kill or stall this rank when the step and the attempt are the chosen ones."""
+        if self.kill_node and self.node == self.kill_node and step == self.kill_at:
+            print(f"tiny-gpt: rank {rank} on bad node {self.node} dies at step {step}", flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+        if rank == self.slow_rank:
+            time.sleep(self.slow_seconds)
         if not self.strikes(attempt):
             return
         if step == self.kill_at and rank == self.kill_rank:

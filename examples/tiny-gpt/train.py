@@ -87,9 +87,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         ("nan-rank", int, 0, "rank whose loss is NaN"),
         ("kill-at", int, -1, "step at which a rank SIGKILLs itself"),
         ("kill-rank", int, 1, "the rank that is killed"),
+        ("kill-node", str, "", "a bad node: the rank on it dies at --kill-at in every attempt"),
         ("stall-at", int, -1, "step at which a rank stalls"),
         ("stall-rank", int, 1, "the rank that stalls"),
         ("stall-seconds", float, 0.0, "how long it stalls"),
+        ("slow-rank", int, -1, "a slow rank: it sleeps --slow-seconds before every step"),
+        ("slow-seconds", float, 0.0, "how long the slow rank sleeps per step"),
     ):
         _option(parser, name, kind, default, doc)
     return parser.parse_args(argv)
@@ -130,9 +133,13 @@ def faults_from(args: argparse.Namespace) -> Faults:
         nan_rank=args.nan_rank,
         kill_at=args.kill_at,
         kill_rank=args.kill_rank,
+        kill_node=args.kill_node,
+        node=os.environ.get(env.NODE_NAME, ""),
         stall_at=args.stall_at,
         stall_rank=args.stall_rank,
         stall_seconds=args.stall_seconds,
+        slow_rank=args.slow_rank,
+        slow_seconds=args.slow_seconds,
     )
 
 

@@ -19,6 +19,8 @@ from kubernetes.client.exceptions import ApiException
 from stabletrain_operator.api.constants import API_VERSION, GROUP, KIND, PLURAL, VERSION
 
 Json = dict[str, Any]
+HTTP_UNAUTHORIZED = 401
+HTTP_FORBIDDEN = 403
 HTTP_NOT_FOUND = 404
 HTTP_CONFLICT = 409
 MERGE_PATCH = "application/merge-patch+json"
@@ -82,6 +84,24 @@ class Kube:
         """Pods matching a label selector, as plain camelCase JSON (what kubectl shows)."""
         listed = self.core.list_namespaced_pod(namespace, label_selector=selector)
         return [self.core.api_client.sanitize_for_serialization(pod) for pod in listed.items]
+
+    def schedulable_nodes(self) -> list[str] | None:
+        """Names of the Ready, schedulable nodes; None when the operator may not list nodes
+        (a namespaced release has no cluster-wide permission)."""
+        try:
+            listed = self.core.list_node()
+        except ApiException as error:
+            if error.status in (HTTP_FORBIDDEN, HTTP_UNAUTHORIZED):
+                return None
+            raise
+        names = []
+        for node in listed.items:
+            ready = any(
+                c.type == "Ready" and c.status == "True" for c in (node.status.conditions or [])
+            )
+            if ready and not (node.spec and node.spec.unschedulable):
+                names.append(str(node.metadata.name))
+        return names
 
     def get_job(self, namespace: str, name: str) -> Json | None:
         try:

@@ -24,20 +24,25 @@ from stabletrain_agent.contract.names import Action, Signal
 from stabletrain_agent.contract.trip import TripReport
 from stabletrain_operator import naming
 from stabletrain_operator.api.constants import ConditionType, Phase, Reason
-from stabletrain_operator.api.spec import PreflightMode, StableTrainingJobSpec
+from stabletrain_operator.api.spec import CrashLoopAction, PreflightMode, StableTrainingJobSpec
 from stabletrain_operator.api.status import (
     HISTORY_MAX,
     SKIP_RANGES_INLINE_MAX,
+    FailureRecord,
     Plan,
     RollbackRecord,
     StableTrainingJobStatus,
+    Suspect,
 )
 from stabletrain_operator.conditions import condition, set_condition
+from stabletrain_operator.observe.culprit import failure_record, failure_suspects, stall_suspects
 from stabletrain_operator.observe.pods import PodFacts, PodState, failure_evidence
 from stabletrain_operator.observe.scrape import ScrapeResult
+from stabletrain_operator.observe.stall import RankProgress, judge_stall
 from stabletrain_operator.plan.checkpoint import choose_checkpoint, step_bound
 from stabletrain_operator.plan.directives import attempt_directives, live_directives
 from stabletrain_operator.plan.inventory import merged_inventory
+from stabletrain_operator.plan.placement import avoided_nodes, remember_suspects, unexpired
 from stabletrain_operator.plan.skips import merge_skip_ranges
 from stabletrain_operator.pods import grace_seconds
 from stabletrain_operator.policy import (
@@ -48,9 +53,11 @@ from stabletrain_operator.policy import (
     manual_request,
     record,
     scrape_observations,
+    stalled,
     trip_observation,
     worker_failure,
 )
+from stabletrain_operator.policy.crashloop import crash_loop
 from stabletrain_operator.preflight.condition import (
     Notice,
     PreflightPodResult,
@@ -104,6 +111,8 @@ class World:
     """The current attempt's initial directives (its ConfigMap), base of live directives."""
     preflight_pod: PreflightPodResult | None = None
     """A Refuse-mode job's preflight pod while Pending (None: not read this tick)."""
+    progress: tuple[RankProgress, ...] = ()
+    """Newest heartbeat of each running pod of the current attempt (empty between scrapes)."""
 
 
 @dataclass(frozen=True)
@@ -114,6 +123,11 @@ class Launch:
     preferred_nodes: tuple[str | None, ...]
     spill_skip_ranges: tuple[SkipRange, ...] | None = None
     """The full skip list for the spill ConfigMap, when it no longer fits status."""
+    avoid_nodes: tuple[str, ...] = ()
+    """Suspect nodes the pods keep away from (recovery.placement)."""
+    avoid_required: bool = True
+    """Required anti-affinity when enough other nodes are there, else only preferred;
+    False: always only preferred."""
 
 
 @dataclass(frozen=True)
@@ -142,6 +156,7 @@ class Step:
 
 def advance(status: StableTrainingJobStatus, world: World) -> Step:
     """One transition (or none) of the job, as a pure function."""
+    status = _expire_suspects(status, world)
     handler = _HANDLERS[status.phase]
     step = handler(status, world)
     reported = from_running_pods(
@@ -157,6 +172,13 @@ def advance(status: StableTrainingJobStatus, world: World) -> Step:
     return dataclasses.replace(
         _replace_status(step, final), events=(*step.events, *_events(reported.notices))
     )
+
+
+def _expire_suspects(status: StableTrainingJobStatus, world: World) -> StableTrainingJobStatus:
+    kept = unexpired(status.suspect_nodes, world.now)
+    if kept == status.suspect_nodes:
+        return status
+    return status.model_copy(update={"suspect_nodes": kept})
 
 
 def _events(notices: Sequence[Notice]) -> tuple[Event, ...]:
@@ -293,10 +315,20 @@ def _trips(current: Sequence[PodFacts], attempt: int) -> list[TripReport]:
     return sorted(trips, key=lambda t: (t.onset_step, t.step, t.node))
 
 
+@dataclass(frozen=True)
+class Incident:
+    """Who this tick's stop would be attributed to, and how the attempt failed."""
+
+    suspects: tuple[Suspect, ...] = ()
+    failure: FailureRecord | None = None
+    every_rank_failed: bool = False
+
+
 def _observations(
     status: StableTrainingJobStatus, world: World, current: Sequence[PodFacts]
-) -> tuple[list[Observation], list[TripReport]]:
+) -> tuple[list[Observation], list[TripReport], Incident]:
     observations: list[Observation] = []
+    incident = Incident()
     manual = world.spec.manual_rollback
     handled = {status.last_manual_request_id, world.ledger.last_manual_request_id}
     if manual is not None and manual.request_id not in handled:
@@ -316,10 +348,26 @@ def _observations(
     else:
         broken = [p for p in current if p.state in (PodState.FAILED, PodState.GONE)]
         if broken:
+            suspects = failure_suspects(broken)
             evidence = "; ".join(failure_evidence(p) for p in broken)
             observations.append(worker_failure(step=status.step, evidence=evidence[:512]))
+            incident = Incident(
+                suspects=suspects,
+                failure=failure_record(
+                    status.attempt, broken, suspects, progressed=status.attempt_progressed
+                ),
+                every_rank_failed=len(broken) >= world.spec.workers.nodes
+                and all(p.state is PodState.FAILED for p in broken),
+            )
+        else:
+            verdict = judge_stall(
+                world.progress, stall_seconds=world.spec.detection.stall_seconds, now=world.now
+            )
+            if verdict is not None:
+                observations.append(stalled(step=verdict.last_step, evidence=verdict.evidence))
+                incident = Incident(suspects=stall_suspects(verdict))
     observations += scrape_observations(_fresh(status, world))
-    return observations, trips
+    return observations, trips, incident
 
 
 def _running(status: StableTrainingJobStatus, world: World) -> Step:
@@ -330,16 +378,45 @@ def _running(status: StableTrainingJobStatus, world: World) -> Step:
     nodes = world.spec.workers.nodes
     if sum(p.state is PodState.SUCCEEDED for p in current) >= nodes:
         return _succeeded(status, world)
-    observations, trips = _observations(status, world, current)
+    observations, trips, incident = _observations(status, world, current)
     decision = decide(
         world.spec.recovery, observations, world.ledger, now=world.now, lr_scale=status.lr_scale
     )
     if decision is not None:
-        return _act(status, world, decision, trips)
+        return _act(
+            status, world, _crash_looped(status, world, decision, incident), trips, incident
+        )
     step = _keep_running(status, world, current)
     if step.status.phase is Phase.CONFIRMING:
         return _confirm(step, world)
     return step
+
+
+def _crash_looped(
+    status: StableTrainingJobStatus, world: World, decision: Decision, incident: Incident
+) -> Decision:
+    """A restart after a worker failure becomes the crash-loop action when the failure
+    completes a crash loop (policy/crashloop.py)."""
+    if decision.action is not Action.RESTART_FROM_LATEST or incident.failure is None:
+        return decision
+    loop = crash_loop(
+        world.spec.recovery.crash_loop,
+        incident.failure,
+        status.last_failure,
+        every_rank_failed=incident.every_rank_failed,
+    )
+    if loop is None:
+        return decision
+    if loop.action is CrashLoopAction.FAIL:
+        return dataclasses.replace(
+            decision, action=Action.FAIL, reason=Reason.CRASH_LOOP, message=loop.message[:1024]
+        )
+    return dataclasses.replace(
+        decision,
+        reason=Reason.CRASH_LOOP,
+        message=loop.message[:1024],
+        backoff_seconds=loop.backoff_seconds,
+    )
 
 
 def _keep_running(
@@ -347,6 +424,10 @@ def _keep_running(
 ) -> Step:
     """No decision: conditions from what runs, and live directives to pods that lag."""
     fresh = _fresh(status, world)
+    if not status.attempt_progressed and any(
+        s.heartbeat is not None and s.heartbeat.steps_completed > 0 for s in fresh
+    ):
+        status = status.model_copy(update={"attempt_progressed": True})
     nodes = world.spec.workers.nodes
     running = sum(p.state is PodState.RUNNING for p in current)
     if running >= nodes and len(fresh) >= nodes:
@@ -482,6 +563,7 @@ def _act(
     world: World,
     decision: Decision,
     trips: Sequence[TripReport],
+    incident: Incident,
 ) -> Step:
     """Carry a decision into status: a plan for stopping actions, a change for live ones."""
     ledger = record(world.ledger, decision, now=world.now)
@@ -535,7 +617,9 @@ def _act(
             message=f"{decision.signal}: {decision.message}",
         )
         return Step(alerted, ledger, events=(event,), decision=decision)
-    return _stop_for(status, world, decision, trips=trips, ledger=ledger, event=event)
+    return _stop_for(
+        status, world, decision, trips=trips, ledger=ledger, event=event, incident=incident
+    )
 
 
 def _stop_for(
@@ -546,6 +630,7 @@ def _stop_for(
     trips: Sequence[TripReport],
     ledger: PolicyLedger,
     event: Event,
+    incident: Incident,
 ) -> Step:
     counters = status.counters
     updates = {
@@ -569,11 +654,18 @@ def _stop_for(
         rewarmup_steps=decision.rewarmup_steps or 0,
         added_skip=decision.skip[:8],
         recurrence=decision.escalation_level,
+        suspects=incident.suspects[:8],
+        backoff_seconds=decision.backoff_seconds,
+    )
+    suspect_nodes, suspect_events = remember_suspects(
+        status.suspect_nodes, incident.suspects, world.spec.recovery.placement, now=world.now
     )
     stopping = status.model_copy(
         update={
             "phase": Phase.STOPPING,
             "plan": plan,
+            "suspect_nodes": suspect_nodes,
+            "last_failure": incident.failure or status.last_failure,
             "counters": counters.model_copy(update=updates),
             "last_trip": trips[0] if trips else status.last_trip,
             "checkpoints": merged_inventory(status.checkpoints, trips=trips),
@@ -609,7 +701,7 @@ def _stop_for(
         stopping,
         ledger,
         delete_pods=tuple(sorted(p.name for p in world.pods)),
-        events=(event,),
+        events=(event, *(Event("Warning", Reason.SUSPECT_NODE, m) for m in suspect_events)),
         decision=decision,
     )
 
@@ -700,7 +792,10 @@ def _planning(status: StableTrainingJobStatus, world: World) -> Step:
     if plan is None:
         return Step(status.model_copy(update={"phase": Phase.RUNNING}), world.ledger)
     restarting = plan.action is Action.RESTART_FROM_LATEST and plan.rule != RESUME_RULE
-    if restarting and world.now - plan.started_at < restart_backoff(status.counters.restarts):
+    backoff = restart_backoff(status.counters.restarts)
+    if plan.backoff_seconds is not None:
+        backoff = timedelta(seconds=plan.backoff_seconds)
+    if restarting and world.now - plan.started_at < backoff:
         return Step(status, world.ledger)
     nodes = [n for n in world.previous_nodes if n] or sorted(
         {copy.node for record in status.checkpoints for copy in record.local}
@@ -766,6 +861,7 @@ def _relaunching(status: StableTrainingJobStatus, world: World) -> Step:
         lr_scale=lr_scale,
         skipped=plan.added_skip,
         attempt=plan.next_attempt,
+        suspects=plan.suspects,
     )
     history = status.rollback_history
     if plan.rule != RESUME_RULE:
@@ -783,6 +879,7 @@ def _relaunching(status: StableTrainingJobStatus, world: World) -> Step:
             ),
             "rollback_history": history,
             "step": plan.target_step,
+            "attempt_progressed": False,
         }
     )
     message = (
@@ -792,13 +889,18 @@ def _relaunching(status: StableTrainingJobStatus, world: World) -> Step:
     relaunched = _cond(
         relaunched, world, ConditionType.READY, ok=False, reason=Reason.CREATED, message=message
     )
-    preferred = tuple(world.previous_nodes[: world.spec.workers.nodes]) + (None,) * max(
-        world.spec.workers.nodes - len(world.previous_nodes), 0
+    placement = world.spec.recovery.placement
+    avoid, required = avoided_nodes(status.suspect_nodes, placement)
+    previous = [n if n not in avoid else None for n in world.previous_nodes]
+    preferred = tuple(previous[: world.spec.workers.nodes]) + (None,) * max(
+        world.spec.workers.nodes - len(previous), 0
     )
+    if avoid:
+        message += f"; avoiding suspect node(s) {', '.join(avoid)}"
     return Step(
         relaunched,
         world.ledger,
-        launch=Launch(directives, preferred, spill),
+        launch=Launch(directives, preferred, spill, avoid, required),
         events=(Event("Normal", "Relaunched", message),),
         recovered_after=world.now - plan.started_at,
     )

@@ -41,6 +41,8 @@ LINEAGE_SUBDIR = "lineage"
 PREVIOUS_NODE_WEIGHT = 100
 """Preferred (not required) node affinity: a relaunched rank goes back to the node whose
 local tier holds its checkpoint when that node is still there, anywhere else otherwise."""
+SUSPECT_NODE_WEIGHT = PREVIOUS_NODE_WEIGHT + 1
+"""Keeping away from a suspect node weighs more than going back to the previous one."""
 DEFAULT_GRACE_SECONDS = 30
 LOST_NODE_TOLERATION_SECONDS = 15
 """A worker on a NotReady or unreachable node is evicted after 15 s instead of Kubernetes'
@@ -210,12 +212,38 @@ def _node_preference(node: str) -> Json:
     return {"weight": PREVIOUS_NODE_WEIGHT, "preference": term}
 
 
+def _away_from(nodes: Sequence[str]) -> Json:
+    return {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": list(nodes)}]}
+
+
+def _keep_away(pod_spec: Json, nodes: Sequence[str], *, required: bool) -> None:
+    """Node anti-affinity from the job's suspect nodes: required (added to every term the
+    template requires, since terms are ORed) or preferred with a weight above the
+    previous-node preference."""
+    node_affinity = pod_spec.setdefault("affinity", {}).setdefault("nodeAffinity", {})
+    if not required:
+        preferred = node_affinity.setdefault("preferredDuringSchedulingIgnoredDuringExecution", [])
+        preferred.append({"weight": SUSPECT_NODE_WEIGHT, "preference": _away_from(nodes)})
+        return
+    selector = node_affinity.setdefault(
+        "requiredDuringSchedulingIgnoredDuringExecution", {"nodeSelectorTerms": []}
+    )
+    terms = selector.setdefault("nodeSelectorTerms", [])
+    if not terms:
+        terms.append({})
+    for term in terms:
+        term["matchFields"] = [*(term.get("matchFields") or []), *_away_from(nodes)["matchFields"]]
+
+
 def build_pod(
     spec: StableTrainingJobSpec,
     job: JobRef,
     attempt: int,
     rank: int,
     previous_node: str | None = None,
+    *,
+    avoid_nodes: Sequence[str] = (),
+    avoid_required: bool = False,
 ) -> Json:
     """Pod `rank` of `attempt`: the user's template plus torchrun, agent, tiers, directives."""
     template = copy.deepcopy(spec.workers.template)
@@ -240,7 +268,7 @@ def build_pod(
     port = {"name": AGENT_PORT_NAME, "containerPort": env.DEFAULT_AGENT_PORT, "protocol": "TCP"}
     container["ports"] = _replace_by_name(container.get("ports") or [], [port])
     container["terminationMessagePath"] = str(env.DEFAULT_TERMINATION_MESSAGE_PATH)
-    container["terminationMessagePolicy"] = "File"
+    container["terminationMessagePolicy"] = "FallbackToLogsOnError"
 
     pod_spec["volumes"] = _replace_by_name(
         pod_spec.get("volumes") or [], _volumes(spec, job, attempt)
@@ -255,6 +283,8 @@ def build_pod(
         node_affinity = affinity.setdefault("nodeAffinity", {})
         preferred = node_affinity.setdefault("preferredDuringSchedulingIgnoredDuringExecution", [])
         preferred.append(_node_preference(previous_node))
+    if avoid_nodes:
+        _keep_away(pod_spec, avoid_nodes, required=avoid_required)
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
 
 

@@ -8,6 +8,7 @@ Events therefore never announce something the status does not hold.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import math
@@ -32,6 +33,7 @@ from stabletrain_operator.kube import Json, Kube
 from stabletrain_operator.machine import Launch, Step, World, advance
 from stabletrain_operator.observe.pods import PodFacts, PodState
 from stabletrain_operator.observe.scrape import ScrapeResult, ScrapeTarget, scrape_all
+from stabletrain_operator.observe.stall import RankProgress
 from stabletrain_operator.policy import PolicyLedger
 from stabletrain_operator.preflight.pod import ensure_preflight_pod, needs_preflight_pod
 
@@ -55,6 +57,8 @@ class JobMemory:
     directives: dict[int, Directives] = field(default_factory=dict)
     last_scrape: float = 0.0
     base_ready: bool = False
+    beats: dict[str, RankProgress] = field(default_factory=dict)
+    """Newest heartbeat of each pod of the current attempt, kept while its agent is silent."""
 
 
 @dataclass(frozen=True)
@@ -132,6 +136,30 @@ async def _scrape(
     return tuple(results)
 
 
+def _progress(
+    memory: JobMemory, facts: list[PodFacts], scrapes: tuple[ScrapeResult, ...], attempt: int
+) -> tuple[RankProgress, ...]:
+    """Each running pod's newest heartbeat, marked silent when its agent did not answer
+    this scrape; empty between scrapes (nothing new to judge)."""
+    if not scrapes:
+        return ()
+    now = datetime.now(UTC)
+    by_pod = {p.name: p for p in facts}
+    for result in scrapes:
+        pod = by_pod.get(result.pod)
+        agent = result.status
+        if agent is not None and agent.heartbeat is not None:
+            node = pod.node if pod is not None else agent.node
+            memory.beats[result.pod] = RankProgress(
+                result.pod, node, agent.heartbeat, agent.updated_at, now
+            )
+        elif result.pod in memory.beats:
+            memory.beats[result.pod] = dataclasses.replace(memory.beats[result.pod], silent=True)
+    running = {p.name for p in facts if p.attempt == attempt and p.state is PodState.RUNNING}
+    memory.beats = {name: beat for name, beat in memory.beats.items() if name in running}
+    return tuple(memory.beats.values())
+
+
 def _skip_ranges(kube: Kube, key: JobKey, status: StableTrainingJobStatus) -> tuple[SkipRange, ...]:
     if status.skip_ranges_config_map is None:
         return status.active_skip_ranges
@@ -171,14 +199,40 @@ def ensure_base(kube: Kube, job: pods.JobRef, memory: JobMemory) -> None:
     memory.base_ready = True
 
 
+def _avoid_required(kube: Kube, spec: StableTrainingJobSpec, plan: Launch) -> bool:
+    """Required anti-affinity only while the other Ready, schedulable nodes can hold every
+    pod; otherwise (or without permission to list nodes) it is only preferred."""
+    if not plan.avoid_nodes or not plan.avoid_required:
+        return False
+    ready = kube.schedulable_nodes()
+    if ready is None:
+        return False
+    others = [n for n in ready if n not in plan.avoid_nodes]
+    return len(others) >= spec.workers.nodes
+
+
 def launch(kube: Kube, job: pods.JobRef, spec: StableTrainingJobSpec, plan: Launch) -> None:
     """Directives first (the pods mount them), then every pod of the attempt."""
     if plan.spill_skip_ranges is not None:
         kube.replace_config_map(pods.build_skip_ranges_config_map(job, plan.spill_skip_ranges))
     kube.create(pods.build_directives_config_map(job, plan.directives))
+    required = _avoid_required(kube, spec, plan)
+    if plan.avoid_nodes:
+        _log.info("job %s: attempt %d avoids suspect node(s) %s (%s)", job.name,
+                  plan.directives.attempt, ", ".join(plan.avoid_nodes),
+                  "required" if required else "preferred")  # fmt: skip
     for rank in range(spec.workers.nodes):
         preferred = plan.preferred_nodes[rank] if rank < len(plan.preferred_nodes) else None
-        kube.create(pods.build_pod(spec, job, plan.directives.attempt, rank, preferred))
+        pod = pods.build_pod(
+            spec,
+            job,
+            plan.directives.attempt,
+            rank,
+            preferred,
+            avoid_nodes=plan.avoid_nodes,
+            avoid_required=required,
+        )
+        kube.create(pod)
 
 
 def _put_live(token: str | None, step: Step, facts: list[PodFacts]) -> None:
@@ -268,6 +322,7 @@ async def tick(kube: Kube, key: JobKey, indexed: Iterable[PodFacts], memory: Job
     facts = _with_vanished(list(indexed), memory, status)
     _remember_nodes(memory, facts, status.attempt)
     scrapes = await _scrape(facts, status, memory)
+    progress = _progress(memory, facts, scrapes, status.attempt)
     skip = await asyncio.to_thread(_skip_ranges, kube, key, status)
     directives = await asyncio.to_thread(_attempt_directives, kube, key, memory, status.attempt)
     ledger = _ledger(key, status)
@@ -287,6 +342,7 @@ async def tick(kube: Kube, key: JobKey, indexed: Iterable[PodFacts], memory: Job
         previous_nodes=tuple(memory.nodes.get(r) for r in range(spec.workers.nodes)),
         attempt_directives=directives,
         preflight_pod=preflight_pod,
+        progress=progress,
     )
     step = advance(status, world)
     if step.launch is not None:

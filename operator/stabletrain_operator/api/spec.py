@@ -303,8 +303,45 @@ class BudgetsSpec(ApiModel):
     episode fading and is not acted on; trips, pod failures and NonFinite never wait."""
 
 
+class SuspectPlacement(StrEnum):
+    """How relaunched pods treat the nodes on the job's suspect list."""
+
+    AVOID = "Avoid"
+    """Required node anti-affinity while enough other nodes are Ready and schedulable for
+    every pod, preferred otherwise (and preferred when the operator may not list nodes)."""
+    PREFER_AWAY = "PreferAway"
+    """Always only preferred: a suspect node is used when nothing else fits."""
+    IGNORE = "Ignore"
+    """Suspects are recorded but placement ignores them."""
+
+
+class PlacementSpec(ApiModel):
+    """Where a relaunch puts its pods, away from the nodes recent incidents point at."""
+
+    suspects: SuspectPlacement = SuspectPlacement.AVOID
+    suspect_seconds: int = Field(default=3600, ge=1, le=30 * 86_400)
+    """A node stays on the suspect list this long after its last incident."""
+
+
+class CrashLoopAction(StrEnum):
+    FAIL = "Fail"
+    """Stop retrying: the job fails with reason CrashLoop and the failure's own words."""
+    BACKOFF = "Backoff"
+    """Keep retrying, but wait crashLoop.backoffSeconds before each relaunch."""
+
+
+class CrashLoopSpec(ApiModel):
+    """A crash loop: every rank of an attempt failed before its first step, or the same
+    error ended two attempts in a row."""
+
+    action: CrashLoopAction = CrashLoopAction.FAIL
+    """Fail (default) or Backoff."""
+    backoff_seconds: int = Field(default=600, ge=1, le=86_400)
+    """Wait before each relaunch with action Backoff."""
+
+
 class RecoverySpec(ApiModel):
-    """The policy: ordered rules, budgets, escalation."""
+    """The policy: ordered rules, budgets, escalation, placement, crash loops."""
 
     rules: tuple[RecoveryRule, ...] = Field(
         default_factory=default_rules,
@@ -315,6 +352,8 @@ class RecoverySpec(ApiModel):
     Setting this list replaces the whole default policy."""
     budgets: BudgetsSpec = Field(default_factory=BudgetsSpec)
     escalation: EscalationSpec = Field(default_factory=EscalationSpec)
+    placement: PlacementSpec = Field(default_factory=PlacementSpec)
+    crash_loop: CrashLoopSpec = Field(default_factory=CrashLoopSpec)
 
     @model_validator(mode="after")
     def _unique_names(self) -> Self:

@@ -26,6 +26,58 @@ SKIP_RANGES_INLINE_MAX = 64
 INVENTORY_MAX = 64
 SKIP_RANGES_CONFIG_MAP_KEY = "skipRanges.json"
 """Key of the spilled skip list in the ConfigMap named by skipRangesConfigMap."""
+SUSPECTS_MAX = 8
+"""Suspects recorded per incident."""
+SUSPECT_NODES_MAX = 16
+"""Nodes on the job's suspect list; the oldest incident drops off first."""
+FAILURE_MESSAGE_MAX = 2048
+"""The failure's own words kept: the termination message or the log tail a kubelet keeps."""
+
+
+class Suspect(ApiModel):
+    """A rank or node an incident is attributed to, and the evidence."""
+
+    rank: int | None = Field(default=None, ge=0)
+    """Global (or node) rank; null for a fault of the node itself."""
+    node: str | None = Field(default=None, max_length=253)
+    """Node it ran on; null when the pod was never scheduled."""
+    reason: str = Field(max_length=512)
+    """The evidence, in a sentence (e.g. `stalled: stuck outside torch at train.py:88`)."""
+    avoid: bool = True
+    """Whether its node joins the suspect list (false when the evidence cannot tell the
+    culprit from the ranks that waited for it, or the fault is the job's, not the node's)."""
+
+
+class SuspectNode(ApiModel):
+    """A node this job's recent incidents were attributed to; relaunches avoid it."""
+
+    node: str = Field(max_length=253)
+    """Node name."""
+    incidents: int = Field(ge=1)
+    """Incidents of this job attributed to the node while it was on the list."""
+    last_reason: str = Field(max_length=512)
+    """The evidence of the newest incident."""
+    last_incident_at: AwareDatetime
+    """When the newest incident stopped the run."""
+    expires_at: AwareDatetime
+    """The node leaves the list at this time (recovery.placement.suspectSeconds after its
+    last incident)."""
+
+
+class FailureRecord(ApiModel):
+    """How the newest failed attempt ended, to notice the same error ending the next."""
+
+    attempt: int = Field(ge=0)
+    """The attempt that failed."""
+    signature: str = Field(max_length=256)
+    """The error line the failure is compared by (e.g. `ModuleNotFoundError: No module
+    named 'x'`), else the pod's reason and exit code."""
+    message: str = Field(default="", max_length=FAILURE_MESSAGE_MAX)
+    """The failure's own words: the culprit's termination message or its log tail."""
+    nodes: tuple[str, ...] = Field(default=(), max_length=64)
+    """Nodes of the failed pods."""
+    before_first_step: bool = False
+    """No rank of the attempt completed a step."""
 
 
 class Condition(ApiModel):
@@ -89,6 +141,8 @@ class RollbackRecord(ApiModel):
     """Skip ranges this action added."""
     attempt: int = Field(ge=0)
     """Attempt that the action launched."""
+    suspects: tuple[Suspect, ...] = Field(default=(), max_length=SUSPECTS_MAX)
+    """Ranks and nodes the incident was attributed to."""
 
 
 class Plan(ApiModel):
@@ -127,6 +181,10 @@ class Plan(ApiModel):
     """Generation of the directives written for the next attempt; set in Relaunching."""
     recurrence: int = Field(default=0, ge=0)
     """How many times this is a recurrence near the same onset (escalation level)."""
+    suspects: tuple[Suspect, ...] = Field(default=(), max_length=SUSPECTS_MAX)
+    """Ranks and nodes the incident is attributed to."""
+    backoff_seconds: int | None = Field(default=None, ge=0)
+    """Crash loop with recovery.crashLoop.action Backoff: the relaunch waits this long."""
 
 
 class StableTrainingJobStatus(ApiModel):
@@ -169,6 +227,14 @@ class StableTrainingJobStatus(ApiModel):
     rollback_history: tuple[RollbackRecord, ...] = Field(default=(), max_length=HISTORY_MAX)
     """Newest last; the oldest entries drop off."""
     counters: Counters = Field(default_factory=Counters)
+    suspect_nodes: tuple[SuspectNode, ...] = Field(default=(), max_length=SUSPECT_NODES_MAX)
+    """Nodes recent incidents were attributed to, until each expires; relaunched pods avoid
+    them (recovery.placement)."""
+    attempt_progressed: bool = False
+    """A rank of the current attempt has completed a step (a crash before that is a start-up
+    failure)."""
+    last_failure: FailureRecord | None = None
+    """How the newest attempt that failed without a trip ended."""
     plan: Plan | None = None
     """The action in flight (phases Stopping, Planning, Relaunching, Confirming)."""
     last_trip: TripReport | None = None

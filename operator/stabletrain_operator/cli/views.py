@@ -84,9 +84,25 @@ def job_details(job: dict[str, Any], *, now: datetime) -> str:
     manual = spec.get("manualRollback") or {}
     if manual.get("requestId") and manual.get("requestId") != status.last_manual_request_id:
         lines.append(f"Pending:      manual rollback {manual['requestId']}")
+    if status.last_failure is not None:
+        failure = status.last_failure
+        lines.append(f"Last failure: attempt {failure.attempt}: {failure.signature}")
     lines += ["", "Checkpoints:", _indent(checkpoints_table(status.checkpoints))]
+    lines += ["", "Suspect nodes:", _indent(suspects_table(status, now=now))]
     lines += ["", "Conditions:", _indent(conditions_table(status, now=now))]
     return "\n".join(lines)
+
+
+def suspects_table(status: StableTrainingJobStatus, *, now: datetime) -> str:
+    """The nodes relaunches keep away from: how often each was the culprit, and why."""
+    if not status.suspect_nodes:
+        return "(none)"
+    rows = [
+        [n.node, str(n.incidents), age(n.last_incident_at, now), age(now, n.expires_at),
+         n.last_reason]
+        for n in status.suspect_nodes
+    ]  # fmt: skip
+    return render_table(["NODE", "INCIDENTS", "LAST", "EXPIRES IN", "REASON"], rows)
 
 
 def checkpoints_table(records: tuple[CheckpointRecord, ...]) -> str:

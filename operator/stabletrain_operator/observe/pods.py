@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
@@ -21,6 +22,9 @@ from stabletrain_operator import naming
 _log = logging.getLogger(__name__)
 
 Json = Mapping[str, Any]
+MESSAGE_MAX = 2048
+"""The end of a termination message kept: a kubelet keeps at most 4096 bytes, and with
+FallbackToLogsOnError the last 2048 bytes of the log, where the error is."""
 
 
 class PodState(StrEnum):
@@ -50,6 +54,8 @@ class PodFacts:
     trip: TripReport | None = None
     trip_error: str = ""
     """Set when the termination message looked like a report but did not parse."""
+    finished_at: datetime | None = None
+    """When its container ended (the kubelet's finishedAt, whole seconds)."""
 
     @property
     def finished(self) -> bool:
@@ -82,6 +88,15 @@ def _parse_trip(message: str, pod: str) -> tuple[TripReport | None, str]:
             "TripReport JSON): %s", pod, error,
         )  # fmt: skip
         return None, str(error)
+
+
+def _time(value: object) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
 
 
 def pod_facts(pod: Json) -> PodFacts | None:
@@ -121,9 +136,10 @@ def pod_facts(pod: Json) -> PodFacts | None:
         deleting=deleting,
         exit_code=exit_code if isinstance(exit_code, int) else None,
         reason=str(reason),
-        message=str(message)[:512],
+        message=str(message)[-MESSAGE_MAX:],
         trip=trip,
         trip_error=trip_error,
+        finished_at=_time((terminated or {}).get("finishedAt")),
     )
 
 

@@ -13,6 +13,7 @@ from stabletrain_operator.policy.observation import (
     finding_observation,
     manual_request,
     scrape_observations,
+    stalled,
     trip_observation,
     worker_failure,
 )
@@ -33,6 +34,7 @@ __all__ = [
     "manual_request",
     "record",
     "scrape_observations",
+    "stalled",
     "trip_observation",
     "trip_signals",
     "worker_failure",

@@ -46,6 +46,8 @@ class Decision:
     """0 for a first occurrence, k for the k-th recurrence near an earlier onset."""
     request_id: str = ""
     """The manual request this decision answers; empty for automatic decisions."""
+    backoff_seconds: int | None = None
+    """A restart that completes a crash loop under crashLoop.action Backoff waits this long."""
 
     @property
     def stops_the_run(self) -> bool:

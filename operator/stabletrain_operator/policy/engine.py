@@ -48,6 +48,7 @@ _URGENCY = {
     ObservationSource.MANUAL: 0,
     ObservationSource.TRIP_REPORT: 1,
     ObservationSource.POD_FAILURE: 2,
+    ObservationSource.HEARTBEAT: 2,
     ObservationSource.SCRAPE: 3,
 }
 """A person's request first; then what stopped the run; then what only reports."""

@@ -24,6 +24,8 @@ class ObservationSource(StrEnum):
     """The agent stopped training on every rank and left a trip report: something must happen."""
     POD_FAILURE = "PodFailure"
     """A worker crashed, was OOM-killed or evicted, or its node was lost, without a trip report."""
+    HEARTBEAT = "Heartbeat"
+    """The agents' heartbeats show no step progress for the stall bound (Stalled)."""
     SCRAPE = "Scrape"
     """A finding in a pod's status endpoint: the run keeps going while it fires."""
     MANUAL = "Manual"
@@ -76,6 +78,20 @@ def worker_failure(*, step: int | None, evidence: str) -> Observation:
         tripped=False,
         evidence=evidence,
         source=ObservationSource.POD_FAILURE,
+    )
+
+
+def stalled(*, step: int | None, evidence: str) -> Observation:
+    """The run stopped making progress: infrastructure until proven otherwise."""
+    return Observation(
+        signal=Signal.STALLED.value,
+        anomaly_class=AnomalyClass.INFRASTRUCTURE,
+        step=step,
+        onset_step=step,
+        sustained=True,
+        tripped=False,
+        evidence=evidence,
+        source=ObservationSource.HEARTBEAT,
     )
 
 

@@ -208,10 +208,12 @@ class DetectionConfig(ContractModel):
     grad_norm_spike: GradNormSpikeConfig = Field(default_factory=GradNormSpikeConfig)
     non_finite: NonFiniteConfig = Field(default_factory=NonFiniteConfig)
     throughput: ThroughputConfig = Field(default_factory=ThroughputConfig)
-    stall_seconds: int = Field(default=900, ge=30, le=7 * 24 * 3600)
-    """No step progress for this long raises Stalled (observed by the operator). Above
-    PyTorch's default 10-minute collective timeout, so a hung collective surfaces first as
-    a crashed worker with a clear error."""
+    stall_seconds: int | None = Field(default=None, ge=1, le=7 * 24 * 3600)
+    """No rank completing a step for this long raises Stalled (decided by the operator from
+    the agents' heartbeats). Null sizes it from the job's own step time: 10x the slowest
+    recent step, at least 120 s, which for steps up to 48 s fires before torch's default
+    process-group timeouts (10 min NCCL, 30 min gloo). The first two steps of every launch
+    and checkpoint saves never count (docs/policy.md, Stalled)."""
     custom: tuple[CustomSignalConfig, ...] = Field(
         default=(),
         max_length=16,

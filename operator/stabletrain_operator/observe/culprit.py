@@ -1,0 +1,134 @@
+"""Who an incident is attributed to: the rank that stopped first and the node it ran on.
+
+The rules, in the order the evidence is trusted:
+
+* A stall: the ranks the heartbeats show the others waiting for (stall.py).
+* Pods that ended without a trip report: a pod that was lost with its node (deleted or
+  vanished before it finished), evicted or OOM-killed is a suspect on its own. Otherwise
+  the pod that ended first is the culprit and the others, which ended because their peer
+  vanished from the collective, are victims; kubelets stamp `finishedAt` in whole seconds,
+  so a tie is broken by how the worker died: killed by a signal (torchrun's `exitcode: -N`,
+  or the container's exit code above 128) before exiting with an error.
+* Trip reports (NonFinite, LossSpike, custom signals) are never a node's fault: the values
+  are averaged across every rank before the agent judges them, so no rank is singled out,
+  and a fault that reproduces after a relaunch on other nodes is the data or the model.
+  The rollback's escalation handles that recurrence; placement is not changed by it.
+
+The same reasoning tells a crash loop's cause apart (failure_side): the same error on
+different nodes is the job's; failures that follow one node are the node's.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from stabletrain_operator.api.status import FailureRecord, Suspect
+from stabletrain_operator.observe.pods import PodFacts, PodState
+from stabletrain_operator.observe.stall import StallVerdict
+
+NODE_REASONS = frozenset({"OOMKilled", "Evicted", "NodeLost", "Vanished", "Preempted"})
+"""Pod or container reasons that point at the node (or its resources) by themselves."""
+_WORKER_EXIT = re.compile(r"exitcode\s*:\s*(-?\d+)")
+_TORCHRUN_WRAPPER = "ChildFailedError"
+"""torchrun's own summary of any worker failure: says nothing about the cause."""
+_ERROR_LINE = re.compile(r"^\s*([A-Za-z_][\w.]*(Error|Exception|Interrupt)\b.*)$")
+
+
+def stall_suspects(verdict: StallVerdict) -> tuple[Suspect, ...]:
+    return tuple(
+        Suspect(rank=c.rank, node=c.node, reason=f"stalled: {c.reason}"[:512], avoid=c.certain)
+        for c in verdict.culprits
+    )
+
+
+def worker_signal(pod: PodFacts) -> int | None:
+    """The signal that killed the pod's worker or container, if the evidence names one."""
+    codes = [int(code) for code in _WORKER_EXIT.findall(pod.message)]
+    killed = [-code for code in codes if code < 0]
+    if killed:
+        return killed[0]
+    if pod.exit_code is not None and pod.exit_code > 128:
+        return pod.exit_code - 128
+    return None
+
+
+def _how(pod: PodFacts) -> str:
+    if pod.state is PodState.GONE:
+        return f"pod {pod.name} was lost before it finished ({pod.reason or 'deleted'})"
+    signal = worker_signal(pod)
+    if pod.reason in NODE_REASONS:
+        what = pod.reason
+    elif signal is not None:
+        what = f"killed by signal {signal}"
+    else:
+        what = f"{pod.reason or 'Error'} with exit code {pod.exit_code}"
+    return f"pod {pod.name} ended first: {what}"
+
+
+def failure_suspects(failed: Sequence[PodFacts]) -> tuple[Suspect, ...]:
+    """The pods of one attempt that ended without a trip report, reduced to the culprits."""
+    if not failed:
+        return ()
+    by_node = [p for p in failed if p.state is PodState.GONE or p.reason in NODE_REASONS]
+    if by_node:
+        return tuple(
+            _suspect(p, _how(p).replace("ended first: ", "ended: "), True) for p in by_node
+        )
+    stamped = [p for p in failed if p.finished_at is not None]
+    if not stamped:
+        return tuple(_suspect(p, _how(p), False) for p in failed)
+    first = min(p.finished_at for p in stamped if p.finished_at is not None)
+    earliest = [p for p in stamped if p.finished_at == first]
+    signalled = [p for p in earliest if worker_signal(p) is not None]
+    if signalled:
+        earliest = signalled
+    certain = len(earliest) < len(failed)
+    return tuple(_suspect(p, _how(p), certain) for p in earliest)
+
+
+def _suspect(pod: PodFacts, reason: str, certain: bool) -> Suspect:
+    return Suspect(rank=pod.rank, node=pod.node, reason=reason[:512], avoid=certain)
+
+
+def failure_signature(pod: PodFacts) -> str:
+    """What two failures are compared by: the last error line of the pod's own words (a
+    Python exception such as `ModuleNotFoundError: No module named 'x'`, torchrun's wrapper
+    left out), else the signal that killed it, else its reason and exit code."""
+    for line in reversed(pod.message.splitlines()):
+        match = _ERROR_LINE.match(line)
+        if match and _TORCHRUN_WRAPPER not in line:
+            return match.group(1).strip()[:256]
+    signal = worker_signal(pod)
+    if signal is not None:
+        return f"killed by signal {signal}"
+    return f"{pod.reason or 'Error'} exit code {pod.exit_code}"[:256]
+
+
+def failure_record(
+    attempt: int, failed: Sequence[PodFacts], suspects: Sequence[Suspect], *, progressed: bool
+) -> FailureRecord:
+    """How this attempt ended, from its culprit's own words."""
+    culprit_ranks = {s.rank for s in suspects}
+    lead = next((p for p in failed if p.rank in culprit_ranks), failed[0])
+    return FailureRecord(
+        attempt=attempt,
+        signature=failure_signature(lead),
+        message=lead.message[-2048:],
+        nodes=tuple(sorted({p.node for p in failed if p.node}))[:64],
+        before_first_step=not progressed,
+    )
+
+
+def failure_side(current: FailureRecord, previous: FailureRecord | None) -> str:
+    """`job` or `node`: whose fault a crash loop looks like, and why."""
+    if previous is not None and current.signature == previous.signature:
+        shared = set(current.nodes) & set(previous.nodes)
+        if set(current.nodes) != set(previous.nodes) and not shared:
+            return "the job's: the same error on different nodes"
+        if shared and len(shared) < max(len(current.nodes), 1):
+            return f"possibly node {', '.join(sorted(shared))}'s: it failed there both times"
+        return "the job's: the same error again (on the same nodes, so a node is not ruled out)"
+    if len(current.nodes) > 1:
+        return "the job's: every rank failed before its first step, on different nodes"
+    return "undecided: one node, one attempt"

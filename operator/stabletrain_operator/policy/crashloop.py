@@ -1,0 +1,61 @@
+"""Crash loops: relaunching cannot help when the job itself cannot start.
+
+Seen in practice: pods that fail at import were relaunched again and again, each Event
+saying only that workers failed. An attempt is a crash loop when every one of its ranks
+failed before any completed a step, or when its failure ends with the same error as the
+attempt before it. The policy (recovery.crashLoop) then fails the job or backs off hard,
+and the message carries the failure's own words and whose fault it looks like.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from stabletrain_operator.api.spec import CrashLoopAction, CrashLoopSpec
+from stabletrain_operator.api.status import FailureRecord
+from stabletrain_operator.observe.culprit import failure_side
+
+WORDS_MAX = 600
+"""The failure's words quoted in a condition message or an Event."""
+
+
+@dataclass(frozen=True)
+class CrashLoop:
+    action: CrashLoopAction
+    message: str
+    backoff_seconds: int | None
+
+
+def crash_loop(
+    spec: CrashLoopSpec,
+    current: FailureRecord,
+    previous: FailureRecord | None,
+    *,
+    every_rank_failed: bool,
+) -> CrashLoop | None:
+    """The crash loop this failure completes, or None for a failure worth a plain restart."""
+    repeated = (
+        previous is not None
+        and previous.attempt == current.attempt - 1
+        and previous.signature == current.signature
+    )
+    at_start = every_rank_failed and current.before_first_step
+    if not (repeated or at_start):
+        return None
+    why = (
+        f"the same error ended attempts {current.attempt - 1} and {current.attempt}"
+        if repeated
+        else f"every rank of attempt {current.attempt} failed before its first step"
+    )
+    side = failure_side(current, previous if repeated else None)
+    words = current.message.strip()[-WORDS_MAX:] or current.signature
+    fail = spec.action is CrashLoopAction.FAIL
+    then = (
+        "retrying cannot help, the job fails"
+        if fail
+        else f"the next relaunch waits {spec.backoff_seconds} s"
+    )
+    message = (
+        f"crash loop: {why} ({current.signature}); looks like {side}; {then}. Last words: {words}"
+    )
+    return CrashLoop(spec.action, message, None if fail else spec.backoff_seconds)

@@ -1,0 +1,141 @@
+"""Attribution: which rank and node an incident is pinned on, and a crash loop's cause."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from stabletrain_operator.api.spec import CrashLoopAction, CrashLoopSpec
+from stabletrain_operator.api.status import FailureRecord
+from stabletrain_operator.observe.culprit import (
+    failure_record,
+    failure_side,
+    failure_signature,
+    failure_suspects,
+)
+from stabletrain_operator.observe.pods import PodFacts, PodState
+from stabletrain_operator.policy.crashloop import crash_loop
+
+T = datetime(2026, 1, 1, 12, tzinfo=UTC)
+TORCHRUN_KILLED = """torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+train.py FAILED
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  rank      : 1 (local_rank: 0)
+  exitcode  : -9 (pid: 4242)
+  traceback : Signal 9 (SIGKILL) received by PID 4242
+============================================================"""
+TORCHRUN_PEER_GONE = """RuntimeError: Connection closed by peer [10.0.0.2]:40123
+  exitcode  : 1 (pid: 4141)"""
+IMPORT_ERROR = """Traceback (most recent call last):
+  File "/app/train.py", line 3, in <module>
+    import missing_helpers
+ModuleNotFoundError: No module named 'missing_helpers'
+[2026-01-01 12:00:00] torchrun: worker failed"""
+
+
+def pod(
+    rank: int,
+    *,
+    node: str,
+    finished: float | None = 0.0,
+    message: str = "",
+    reason: str = "Error",
+    exit_code: int | None = 1,
+    state: PodState = PodState.FAILED,
+    attempt: int = 0,
+) -> PodFacts:
+    return PodFacts(
+        name=f"job-{attempt}-{rank}",
+        attempt=attempt,
+        rank=rank,
+        state=state,
+        node=node,
+        ip=None,
+        deleting=state is PodState.GONE,
+        exit_code=exit_code,
+        reason=reason,
+        message=message,
+        finished_at=None if finished is None else T + timedelta(seconds=finished),
+    )
+
+
+def test_the_pod_that_ended_first_is_the_culprit_not_the_ones_that_lost_their_peer() -> None:
+    (suspect,) = failure_suspects(
+        [pod(0, node="a", finished=1.0, message=TORCHRUN_PEER_GONE), pod(1, node="b")]
+    )
+    assert (suspect.rank, suspect.node, suspect.avoid) == (1, "b", True)
+    assert "ended first" in suspect.reason
+
+
+def test_within_the_same_second_the_rank_killed_by_a_signal_is_the_culprit() -> None:
+    (suspect,) = failure_suspects(
+        [
+            pod(0, node="a", message=TORCHRUN_PEER_GONE),
+            pod(1, node="b", message=TORCHRUN_KILLED),
+        ]
+    )
+    assert (suspect.rank, suspect.node, suspect.avoid) == (1, "b", True)
+    assert "killed by signal 9" in suspect.reason
+
+
+def test_a_tie_without_evidence_is_recorded_but_no_node_is_avoided() -> None:
+    suspects = failure_suspects([pod(0, node="a"), pod(1, node="b")])
+    assert [(s.rank, s.avoid) for s in suspects] == [(0, False), (1, False)]
+
+
+def test_lost_evicted_and_oom_killed_pods_point_at_their_node_by_themselves() -> None:
+    lost = pod(1, node="b", state=PodState.GONE, reason="Vanished", finished=None, exit_code=None)
+    oom = pod(0, node="a", finished=5.0, reason="OOMKilled", exit_code=137)
+    suspects = failure_suspects([oom, lost, pod(2, node="c", finished=0.0)])
+    assert sorted((s.rank, s.node, s.avoid) for s in suspects) == [(0, "a", True), (1, "b", True)]
+
+
+def test_the_failure_signature_is_the_error_line_of_the_pods_own_words() -> None:
+    assert failure_signature(pod(0, node="a", message=IMPORT_ERROR)) == (
+        "ModuleNotFoundError: No module named 'missing_helpers'"
+    )
+    assert failure_signature(pod(1, node="b", message=TORCHRUN_KILLED)) == "killed by signal 9"
+    assert failure_signature(pod(1, node="b", exit_code=137, reason="Error")) == (
+        "killed by signal 9"
+    )
+
+
+def _record(attempt: int, nodes: tuple[str, ...], *, progressed: bool = False) -> FailureRecord:
+    failed = [pod(i, node=n, message=IMPORT_ERROR, attempt=attempt) for i, n in enumerate(nodes)]
+    return failure_record(attempt, failed, failure_suspects(failed), progressed=progressed)
+
+
+def test_every_rank_failing_before_its_first_step_is_a_crash_loop_of_the_job() -> None:
+    current = _record(0, ("a", "b"))
+    assert current.before_first_step
+    loop = crash_loop(CrashLoopSpec(), current, None, every_rank_failed=True)
+    assert loop is not None
+    assert loop.action is CrashLoopAction.FAIL
+    assert "every rank of attempt 0 failed before its first step" in loop.message
+    assert "the job's" in loop.message
+    assert "No module named 'missing_helpers'" in loop.message
+    assert crash_loop(CrashLoopSpec(), current, None, every_rank_failed=False) is None
+
+
+def test_the_same_error_two_attempts_in_a_row_on_other_nodes_is_the_jobs_fault() -> None:
+    previous = _record(0, ("a", "b"), progressed=True)
+    current = _record(1, ("c", "d"), progressed=True)
+    assert failure_side(current, previous).startswith("the job's: the same error on different")
+    spec = CrashLoopSpec(action=CrashLoopAction.BACKOFF, backoff_seconds=900)
+    loop = crash_loop(spec, current, previous, every_rank_failed=False)
+    assert loop is not None
+    assert (loop.action, loop.backoff_seconds) == (CrashLoopAction.BACKOFF, 900)
+    assert "the same error ended attempts 0 and 1" in loop.message
+    older = _record(0, ("a", "b"), progressed=True)
+    assert (
+        crash_loop(spec, _record(2, ("c",), progressed=True), older, every_rank_failed=False)
+        is None
+    )
+
+
+def test_failures_that_follow_one_node_look_like_the_nodes_fault() -> None:
+    previous = _record(0, ("a", "bad"), progressed=True)
+    current = _record(1, ("c", "bad"), progressed=True)
+    assert "node bad" in failure_side(current, previous)

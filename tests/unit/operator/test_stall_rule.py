@@ -1,0 +1,153 @@
+"""The stall rule: what counts as progress, warm-up, saves, ranks that never started, lag."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from stabletrain_agent.contract.channel import Heartbeat, ThreadPlace
+from stabletrain_operator.observe.stall import (
+    MAX_STEP_LAG,
+    STALL_FLOOR_SECONDS,
+    STALL_STEP_FACTOR,
+    RankProgress,
+    judge_stall,
+    stall_bound,
+)
+
+NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)
+BOUND = 10
+
+
+def rank(
+    number: int,
+    *,
+    last_step: int | None = 40,
+    idle: float = 0.0,
+    completed: int = 40,
+    place: ThreadPlace = ThreadPlace.TORCH,
+    slowest: float | None = 0.5,
+    silent: bool = False,
+    frame: str = "",
+    skew: float = 0.0,
+) -> RankProgress:
+    """Rank `number` on node-<number>, idle `idle` s; its clock runs `skew` s ahead."""
+    agent_now = NOW + timedelta(seconds=skew)
+    beat = Heartbeat(
+        rank=number,
+        started_at=agent_now - timedelta(hours=1),
+        steps_completed=completed,
+        last_step=last_step,
+        last_step_at=None if last_step is None else agent_now - timedelta(seconds=idle),
+        slowest_step_seconds=slowest,
+        in_step=completed > 0,
+        place=place,
+        frame=frame,
+    )
+    return RankProgress(f"job-0-{number}", f"node-{number}", beat, agent_now, NOW, silent)
+
+
+def test_ranks_that_complete_steps_within_the_bound_are_not_stalled() -> None:
+    ranks = [rank(0, idle=BOUND - 0.5), rank(1, idle=BOUND - 0.5)]
+    assert judge_stall(ranks, stall_seconds=BOUND, now=NOW) is None
+
+
+def test_no_step_for_the_bound_stalls_and_names_the_rank_outside_torch() -> None:
+    ranks = [
+        rank(0, idle=BOUND + 1),
+        rank(1, idle=BOUND + 1, place=ThreadPlace.ELSEWHERE, frame="faults.py:48 before_step"),
+    ]
+    verdict = judge_stall(ranks, stall_seconds=BOUND, now=NOW)
+    assert verdict is not None
+    assert verdict.last_step == 40
+    assert verdict.idle_seconds == BOUND + 1
+    ((culprit),) = verdict.culprits
+    assert (culprit.rank, culprit.node, culprit.certain) == (1, "node-1", True)
+    assert "faults.py:48" in culprit.reason
+    assert "rank(s) 0 wait inside torch" in culprit.reason
+
+
+def test_progress_of_any_rank_is_progress_and_the_operators_later_look_adds_up() -> None:
+    """Idle time is the agent's own (served_at - last_step_at) plus the operator's wait since
+    the answer; one rank that just finished a step means the job progresses."""
+    fresh = rank(0, idle=1.0)
+    assert judge_stall([fresh, rank(1, idle=1.0)], stall_seconds=BOUND, now=NOW) is None
+    later = NOW + timedelta(seconds=BOUND)
+    verdict = judge_stall([fresh, rank(1, idle=1.0)], stall_seconds=BOUND, now=later)
+    assert verdict is not None
+    assert verdict.idle_seconds == BOUND + 1.0
+
+
+def test_clock_skew_between_nodes_neither_fakes_nor_hides_a_stall() -> None:
+    ahead = [rank(0, idle=2.0, skew=3600.0), rank(1, idle=2.0, skew=-3600.0)]
+    assert judge_stall(ahead, stall_seconds=BOUND, now=NOW) is None
+    hung = [rank(0, idle=BOUND + 2, skew=3600.0), rank(1, idle=BOUND + 2, skew=-3600.0)]
+    assert judge_stall(hung, stall_seconds=BOUND, now=NOW) is not None
+
+
+def test_the_first_two_steps_of_a_launch_are_warm_up_and_never_a_stall() -> None:
+    for completed in (0, 1):
+        ranks = [rank(r, idle=10 * BOUND, completed=completed) for r in (0, 1)]
+        assert judge_stall(ranks, stall_seconds=BOUND, now=NOW) is None, completed
+    ranks = [rank(r, idle=BOUND + 1, completed=2) for r in (0, 1)]
+    assert judge_stall(ranks, stall_seconds=BOUND, now=NOW) is not None
+
+
+def test_a_rank_that_never_started_is_not_judged_and_does_not_hide_one_that_did() -> None:
+    never = rank(1, last_step=None, completed=0, place=ThreadPlace.ELSEWHERE)
+    assert judge_stall([never], stall_seconds=BOUND, now=NOW) is None
+    verdict = judge_stall([rank(0, idle=BOUND + 1), never], stall_seconds=BOUND, now=NOW)
+    assert verdict is not None
+    assert [c.rank for c in verdict.culprits] == [0]
+
+
+def test_a_checkpoint_save_on_any_rank_is_not_a_stall() -> None:
+    ranks = [rank(0, idle=5 * BOUND), rank(1, idle=5 * BOUND, place=ThreadPlace.CHECKPOINT)]
+    assert judge_stall(ranks, stall_seconds=BOUND, now=NOW) is None
+
+
+def test_an_agent_that_stopped_answering_is_the_culprit() -> None:
+    ranks = [rank(0, idle=BOUND + 1), rank(1, idle=BOUND + 1, silent=True)]
+    verdict = judge_stall(ranks, stall_seconds=BOUND, now=NOW)
+    assert verdict is not None
+    assert [(c.rank, c.certain) for c in verdict.culprits] == [(1, True)]
+    assert "stopped answering" in verdict.culprits[0].reason
+
+
+def test_every_rank_waiting_in_torch_is_recorded_but_not_certain() -> None:
+    ranks = [rank(0, idle=BOUND + 1), rank(1, idle=BOUND + 1)]
+    verdict = judge_stall(ranks, stall_seconds=BOUND, now=NOW)
+    assert verdict is not None
+    assert [(c.rank, c.certain) for c in verdict.culprits] == [(0, False), (1, False)]
+
+
+def test_the_rank_behind_is_the_culprit_when_places_tell_nothing() -> None:
+    ranks = [rank(0, idle=BOUND + 1, last_step=41), rank(1, idle=BOUND + 3, last_step=40)]
+    verdict = judge_stall(ranks, stall_seconds=BOUND, now=NOW)
+    assert verdict is not None
+    assert [(c.rank, c.certain) for c in verdict.culprits] == [(1, True)]
+
+
+def test_a_slow_rank_in_lockstep_is_not_stalled_but_one_left_behind_is_at_once() -> None:
+    slow = [rank(0, idle=BOUND - 1, last_step=41), rank(1, idle=BOUND - 1, last_step=40)]
+    assert judge_stall(slow, stall_seconds=BOUND, now=NOW) is None
+    behind = 40 - MAX_STEP_LAG - 1
+    ranks = [rank(0, idle=0.5), rank(1, idle=3.0, last_step=behind)]
+    verdict = judge_stall(ranks, stall_seconds=BOUND, now=NOW)
+    assert verdict is not None
+    assert [c.rank for c in verdict.culprits] == [1]
+    assert f"{MAX_STEP_LAG + 1} steps behind" in verdict.culprits[0].reason
+    at_bound = [rank(0, idle=0.5), rank(1, idle=3.0, last_step=40 - MAX_STEP_LAG)]
+    assert judge_stall(at_bound, stall_seconds=BOUND, now=NOW) is None
+
+
+def test_the_default_bound_is_sized_from_the_slowest_recent_step_with_a_floor() -> None:
+    assert stall_bound(None, [rank(0, slowest=None)]) is None
+    assert stall_bound(None, [rank(0, slowest=0.5)]) == STALL_FLOOR_SECONDS
+    assert stall_bound(None, [rank(0, slowest=30.0), rank(1, slowest=20.0)]) == (
+        STALL_STEP_FACTOR * 30.0
+    )
+    assert stall_bound(7, [rank(0, slowest=30.0)]) == 7.0
+    slow_steps = [rank(r, idle=STALL_FLOOR_SECONDS - 1, slowest=0.5) for r in (0, 1)]
+    assert judge_stall(slow_steps, stall_seconds=None, now=NOW) is None
+    hung = [rank(r, idle=STALL_FLOOR_SECONDS + 1, slowest=0.5) for r in (0, 1)]
+    assert judge_stall(hung, stall_seconds=None, now=NOW) is not None
