@@ -21,19 +21,29 @@ around them:
 * After a Fail the job is over, and the replay stops there.
 * Time: the policy's cooldowns need a clock. A `time` column is used when present;
   otherwise `step_seconds` per step within an attempt, and one step's worth per relaunch.
+* Stalls: with a `time` column, the gap before each row is what the operator's stall rule
+  (observe/stall.py, the same function) would have seen of a single rank's heartbeat: no
+  step for that long after the previous row. A gap over the bound decides Stalled at the
+  previous row's step, at the moment the live operator would have (previous time + bound).
+  That includes the gap before a relaunch the recording shows without a decision: the
+  metrics cannot tell a hang from a crash that stopped the run sooner (the default policy
+  restarts both alike). The gap after a stopping decision is the relaunch, never a stall.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
+from stabletrain_agent.contract.channel import Heartbeat, ThreadPlace
 from stabletrain_agent.contract.names import Action
 from stabletrain_agent.signals.monitor import Finding, SignalMonitor, StepObservation, Verdict
 from stabletrain_agent.trip import build_trip_report
 from stabletrain_operator.cli.replay.history import MetricsHistory, MetricsRow
 from stabletrain_operator.cli.replay.policy_file import ReplayPolicy
+from stabletrain_operator.observe.stall import RankProgress, judge_stall
 from stabletrain_operator.policy import (
     Decision,
     Observation,
@@ -41,6 +51,7 @@ from stabletrain_operator.policy import (
     decide,
     finding_observation,
     record,
+    stalled,
     trip_observation,
     trip_signals,
 )
@@ -51,6 +62,8 @@ REPLAY_NODE = "replay"
 """Node name in the trip reports replay builds (the report requires one)."""
 PROGRESS_EVERY = 20_000
 """Rows between progress reports: about a second of work, so long replays show life."""
+RECENT_GAPS = 32
+"""Step gaps the stall bound is sized from, as the agent's heartbeat keeps them."""
 
 
 @dataclass(frozen=True)
@@ -103,15 +116,14 @@ def replay(
     for index, row in enumerate(history.rows):
         if on_progress is not None and index and index % PROGRESS_EVERY == 0:
             on_progress(index, total)
-        decision = run.step(row)
-        if decision is None:
-            continue
-        replayed = ReplayedDecision(row.step, decision)
-        decisions.append(replayed)
-        if on_decision is not None:
-            on_decision(replayed)
-        if decision.action is Action.FAIL:
-            failed_at = row.step
+        for replayed in run.step(row):
+            decisions.append(replayed)
+            if on_decision is not None:
+                on_decision(replayed)
+            if replayed.decision.action is Action.FAIL:
+                failed_at = replayed.step
+                break
+        if failed_at is not None:
             break
     read = {signal.metric_key for signal in policy.detection.custom}
     return ReplayResult(
@@ -140,13 +152,65 @@ class _Run:
         self._previous_step: int | None = None
         self._last_stop_step: int | None = None
         self._lr = 0.0
+        self._previous_time: float | None = None
+        self._gaps: deque[float] = deque(maxlen=RECENT_GAPS)
+        self._stopped_at_previous = False
         self._ledger = PolicyLedger()
         self.lr_scale = 1.0
         self.points: list[ReplayPoint] = []
 
-    def step(self, row: MetricsRow) -> Decision | None:
+    def step(self, row: MetricsRow) -> list[ReplayedDecision]:
+        """The decisions this row leads to: a stall before it, then its own findings'."""
+        decisions = []
+        stall = self._stall_before(row)
+        if stall is not None:
+            decisions.append(stall)
         if row.relaunch:
             self._relaunch(row.step)
+        own = self._observe(row)
+        if own is not None:
+            decisions.append(ReplayedDecision(row.step, own))
+        return decisions
+
+    def _stall_before(self, row: MetricsRow) -> ReplayedDecision | None:
+        """The stall rule on the gap before `row`, as one rank's heartbeat would show it."""
+        previous, last_step = self._previous_time, self._previous_step
+        if row.time is None or previous is None or last_step is None:
+            return None
+        gap = max(row.time - previous, 0.0)
+        if self._stopped_at_previous:
+            return None
+        last_at = REPLAY_EPOCH + timedelta(seconds=previous)
+        beat = Heartbeat(
+            rank=0,
+            started_at=REPLAY_EPOCH,
+            steps_completed=self._steps_since_start,
+            last_step=last_step,
+            last_step_at=last_at,
+            slowest_step_seconds=max(self._gaps) if self._gaps else None,
+            in_step=True,
+            place=ThreadPlace.ELSEWHERE,
+        )
+        progress = RankProgress(REPLAY_NODE, REPLAY_NODE, beat, last_at, last_at)
+        seen_at = last_at + timedelta(seconds=gap)
+        verdict = judge_stall(
+            [progress], stall_seconds=self._policy.detection.stall_seconds, now=seen_at
+        )
+        if verdict is None:
+            return None
+        now = last_at + timedelta(seconds=verdict.bound_seconds)
+        observation = stalled(step=last_step, evidence=verdict.evidence)
+        decision = decide(
+            self._policy.recovery, [observation], self._ledger, now=now, lr_scale=self.lr_scale
+        )
+        if decision is None:
+            return None
+        self._ledger = record(self._ledger, decision, now=now)
+        if decision.stops_the_run:
+            self._last_stop_step = last_step
+        return ReplayedDecision(last_step, decision)
+
+    def _observe(self, row: MetricsRow) -> Decision | None:
         now = self._tick(row)
         if row.lr is not None:
             self._lr = row.lr
@@ -165,6 +229,7 @@ class _Run:
         self._steps_since_start += 1
         baseline = self._monitor.snapshot().loss_baseline
         self.points.append(ReplayPoint(row.step, row.loss, baseline, self._attempt))
+        self._stopped_at_previous = False
         if not verdict.findings:
             return None
         observations = _observations(
@@ -182,6 +247,7 @@ class _Run:
             self.lr_scale = decision.lr_scale
         if decision.stops_the_run:
             self._last_stop_step = row.step
+            self._stopped_at_previous = True
         return decision
 
     def _relaunch(self, first_step: int) -> None:
@@ -194,10 +260,14 @@ class _Run:
         self._steps_since_start = 0
         self._attempt += 1
         self._last_stop_step = None
+        self._gaps.clear()
 
     def _tick(self, row: MetricsRow) -> datetime:
         first = self._previous_step is None
         if row.time is not None:
+            if self._previous_time is not None and not row.relaunch:
+                self._gaps.append(max(row.time - self._previous_time, 0.0))
+            self._previous_time = row.time
             self._elapsed = row.time if first else max(self._elapsed, row.time)
         elif self._previous_step is not None:
             steps = 1 if row.relaunch else max(row.step - self._previous_step, 1)
