@@ -1,4 +1,5 @@
-"""Stalled: no rank of the job completed a step for the stall bound, or one fell behind.
+"""Stalled: no rank of the job completed a step for the stall bound, or one fell behind
+and stopped while the others advance.
 
 The operator decides from the heartbeats the agents serve off their training threads
 (stabletrain_agent.heartbeat). Idle time is measured on each agent's own clock (the answer's
@@ -32,9 +33,11 @@ STALL_FLOOR_SECONDS = 120.0
 STALL_STEP_FACTOR = 10.0
 """Default bound in units of the slowest recent step."""
 MAX_STEP_LAG = 5
-"""A rank this many steps behind the newest one while the others advance is stalled at
-once: data-parallel ranks move in lockstep (one collective per step), so even a slow rank
-is never more than a step behind; a larger gap means it stopped and the rest do not wait."""
+"""A rank more than this many steps behind the newest one, idle for the bound while the
+others advance, is stalled even though the job progresses: data-parallel ranks move in
+lockstep (one collective per step), so even a slow rank is at most a step behind. Both
+conditions: answers scraped a moment apart differ by a few steps of a fast run, and an
+agent that missed one scrape shows an old step."""
 
 
 @dataclass(frozen=True)
@@ -105,7 +108,11 @@ def judge_stall(
     idle = {p.pod: p.idle_seconds(now) or 0.0 for p in judged}
     newest = max(p.beat.last_step or 0 for p in judged)
     job_idle = min(idle.values())
-    behind = [p for p in judged if newest - (p.beat.last_step or 0) > MAX_STEP_LAG]
+    behind = [
+        p
+        for p in judged
+        if newest - (p.beat.last_step or 0) > MAX_STEP_LAG and idle[p.pod] >= bound
+    ]
     if behind and job_idle < bound:
         culprits = tuple(
             _culprit(p, f"{newest - (p.beat.last_step or 0)} steps behind step {newest}", True)

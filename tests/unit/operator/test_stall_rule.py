@@ -131,13 +131,15 @@ def test_a_slow_rank_in_lockstep_is_not_stalled_but_one_left_behind_is_at_once()
     slow = [rank(0, idle=BOUND - 1, last_step=41), rank(1, idle=BOUND - 1, last_step=40)]
     assert judge_stall(slow, stall_seconds=BOUND, now=NOW) is None
     behind = 40 - MAX_STEP_LAG - 1
-    ranks = [rank(0, idle=0.5), rank(1, idle=3.0, last_step=behind)]
+    ranks = [rank(0, idle=0.5), rank(1, idle=BOUND, last_step=behind)]
     verdict = judge_stall(ranks, stall_seconds=BOUND, now=NOW)
     assert verdict is not None
     assert [c.rank for c in verdict.culprits] == [1]
     assert f"{MAX_STEP_LAG + 1} steps behind" in verdict.culprits[0].reason
-    at_bound = [rank(0, idle=0.5), rank(1, idle=3.0, last_step=40 - MAX_STEP_LAG)]
-    assert judge_stall(at_bound, stall_seconds=BOUND, now=NOW) is None
+    at_lag = [rank(0, idle=0.5), rank(1, idle=BOUND, last_step=40 - MAX_STEP_LAG)]
+    assert judge_stall(at_lag, stall_seconds=BOUND, now=NOW) is None
+    missed_a_scrape = [rank(0, idle=0.5), rank(1, idle=2.0, last_step=behind, silent=True)]
+    assert judge_stall(missed_a_scrape, stall_seconds=BOUND, now=NOW) is None
 
 
 def test_the_default_bound_is_sized_from_the_slowest_recent_step_with_a_floor() -> None:
