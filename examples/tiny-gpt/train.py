@@ -22,7 +22,6 @@ the batch read and whether it was poisoned, so tests and the demo see what reall
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import math
 import os
@@ -75,8 +74,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         ("lr", float, 3e-3, "peak learning rate of the schedule"),
         ("warmup", int, 20, "steps of the schedule's linear warm-up"),
         ("seed", int, 1234, "seed of the weights and of the sample order"),
-        ("checkpoint-every", int, 25, "save every N steps (the job's checkpoints.intervalSteps)"),
-        ("keep", int, 8, "checkpoints kept per tier"),
         ("checkpoint-dir", str, "", "standalone: tiers under DIR/local and DIR/pfs"),
         ("log-dir", str, "", f"per-step JSON lines (default: <PFS tier>/{LOG_SUBDIR})"),
         ("step-seconds", float, 0.0, "sleep after each step (slows the run to watch it)"),
@@ -111,18 +108,17 @@ def schedule(warmup: int, total: int) -> Callable[[int], float]:
 
 
 def checkpoint_config(args: argparse.Namespace) -> CheckpointConfig:
-    """The operator's tiers from the environment, or DIR/local and DIR/pfs standalone."""
-    if args.checkpoint_dir and not os.environ.get(env.LOCAL_CHECKPOINT_DIR):
+    """The job's tiers and checkpoint settings from the pod's env (the operator sets them
+    from spec.checkpoints); standalone, the tiers are DIR/local and DIR/pfs and the same
+    STABLETRAIN_* variables, if set, give the interval and the retention."""
+    environ = dict(os.environ)
+    if args.checkpoint_dir and not environ.get(env.LOCAL_CHECKPOINT_DIR):
         root = Path(args.checkpoint_dir)
-        config = CheckpointConfig(
-            local_root=root / "local",
-            pfs_root=root / "pfs",
-            attempt=int(os.environ.get(env.ATTEMPT, "0")),
-            node=os.environ.get(env.NODE_NAME) or "standalone",
-        )
-    else:
-        config = CheckpointConfig.from_env()
-    return dataclasses.replace(config, keep_local=args.keep, keep_pfs=args.keep)
+        environ[env.LOCAL_CHECKPOINT_DIR] = str(root / "local")
+        environ[env.PFS_CHECKPOINT_DIR] = str(root / "pfs")
+        environ.setdefault(env.ATTEMPT, "0")
+        environ.setdefault(env.NODE_NAME, "standalone")
+    return CheckpointConfig.from_env(environ)
 
 
 def faults_from(args: argparse.Namespace) -> Faults:
@@ -216,7 +212,7 @@ def main() -> None:
             torch.autograd.backward(loss)
             verdict = guard.step(loss, tokens=batch[:, :-1].numel())  # 2
             optimizer.zero_grad(set_to_none=True)
-            if guard.global_step % args.checkpoint_every == 0:
+            if guard.is_save_step():  # every checkpoints.intervalSteps
                 save(manager, guard, verdict)  # 3
             record_step(log, guard, batches, corpus)
             time.sleep(args.step_seconds)

@@ -22,6 +22,7 @@ from stabletrain_agent.contract import env
 from stabletrain_agent.contract.directives import Directives, SkipRange
 from stabletrain_operator import naming
 from stabletrain_operator.api.constants import API_VERSION, KIND
+from stabletrain_operator.api.quantity import quantity_bytes
 from stabletrain_operator.api.spec import StableTrainingJobSpec
 
 Json = dict[str, Any]
@@ -128,6 +129,22 @@ def torchrun_env(spec: StableTrainingJobSpec, job: JobRef, attempt: int, rank: i
     ]
 
 
+def checkpoint_env(spec: StableTrainingJobSpec) -> list[Json]:
+    """spec.checkpoints' settings for the agent's CheckpointConfig.from_env: the manager
+    saves and keeps what the spec says, and the script need not repeat any of it."""
+    checkpoints = spec.checkpoints
+    variables = [
+        _value(env.CHECKPOINT_INTERVAL_STEPS, checkpoints.interval_steps),
+        _value(env.LOCAL_RETENTION, checkpoints.local.retention),
+        _value(env.PFS_RETENTION, checkpoints.pfs.retention),
+        _value(env.SPIKE_MARKERS, checkpoints.spike_markers),
+    ]
+    if checkpoints.local.size_limit is not None:
+        limit = quantity_bytes(checkpoints.local.size_limit)
+        variables.append(_value(env.LOCAL_SIZE_LIMIT_BYTES, limit))
+    return variables
+
+
 def agent_env(spec: StableTrainingJobSpec, job: JobRef, attempt: int, rank: int) -> list[Json]:
     """The contract's variables (stabletrain_agent.contract.env) for the trainer-agent."""
     token_ref = {
@@ -144,6 +161,7 @@ def agent_env(spec: StableTrainingJobSpec, job: JobRef, attempt: int, rank: int)
         _value(env.LOCAL_CHECKPOINT_DIR, env.DEFAULT_LOCAL_CHECKPOINT_DIR),
         _value(env.PFS_CHECKPOINT_DIR, env.DEFAULT_PFS_CHECKPOINT_DIR),
         _value(env.LINEAGE_DIR, env.DEFAULT_PFS_CHECKPOINT_DIR / LINEAGE_SUBDIR),
+        *checkpoint_env(spec),
         _value(env.DIRECTIVES_PATH, DIRECTIVES_PATH),
         {"name": env.DIRECTIVES_TOKEN, "valueFrom": token_ref},
         _value(env.AGENT_PORT, env.DEFAULT_AGENT_PORT),

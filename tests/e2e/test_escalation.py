@@ -20,7 +20,7 @@ RULES = [
     {"name": "loss-spike", "onSignals": ["LossSpike"], "action": "Rollback", "rollback": ROLLBACK},
     {"name": "infrastructure", "onSignals": ["WorkerFailure"], "action": "RestartFromLatest"},
 ]
-EVERY = "5"
+EVERY = 5
 
 
 def test_a_recurring_spike_is_rolled_back_harder(
@@ -30,9 +30,8 @@ def test_a_recurring_spike_is_rolled_back_harder(
     local_cluster: LocalCluster,
     api_client: client.ApiClient,
 ) -> None:
-    env = {"TINYGPT_STEPS": "180", "TINYGPT_CHECKPOINT_EVERY": EVERY}
-    manifest = job_manifest("recur", env, recovery={"rules": RULES})
-    manifest["spec"]["checkpoints"]["intervalSteps"] = int(EVERY)
+    manifest = job_manifest("recur", {"TINYGPT_STEPS": "180"}, recovery={"rules": RULES})
+    manifest["spec"]["checkpoints"]["intervalSteps"] = EVERY
     with Recorder(api_client, job_namespace, "recur") as recorder:
         jobs.create(manifest)
         done = jobs.wait("recur", lambda s: s.get("phase") in ("Succeeded", "Failed"), 480,

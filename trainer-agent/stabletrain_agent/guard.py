@@ -7,10 +7,11 @@ after ``init_process_group``)::
     for inputs, targets in batches:
         loss = model(inputs, targets)
         loss.backward()
-        guard.step(loss, tokens=inputs.numel())  # 2: replaces clip, optimizer.step, scheduler.step
+        verdict = guard.step(loss, tokens=inputs.numel())  # 2: replaces clip, optimizer.step, ...
         optimizer.zero_grad()
-        if guard.global_step % 100 == 0:
-            torch.save({..., "guard": guard.state_dict()}, path)  # 3
+        if guard.is_save_step():  # 3: every checkpoints.intervalSteps; inside an anomaly the
+            manager.save(guard.global_step, stable=not verdict.findings,  # save is evidence
+                         spike_marker=bool(verdict.findings))
 
 ``Guard.from_env`` reads the pod's directives and paths and, on local rank 0, serves
 /metrics, /v1/status and the live-directive PUT; ``Guard(...)`` takes each part explicitly.
@@ -82,6 +83,10 @@ class Checkpoints(Protocol):
     """What the guard needs from the checkpoint manager (checkpoint.CheckpointManager)."""
 
     def inventory(self) -> Sequence[CheckpointRecord]: ...
+
+    def is_save_step(self, step: int) -> bool:
+        """Whether the job saves after `step` (spec.checkpoints.intervalSteps)."""
+        ...
 
     def flush(self, deadline_s: float, before_step: int | None = None) -> object: ...
 
@@ -248,6 +253,13 @@ class Guard:
         """Stop serving metrics and directives (safe to call more than once)."""
         if self.exporter is not None:
             self.exporter.stop()
+
+    def is_save_step(self) -> bool:
+        """Whether the step just finished is one the job saves at, as the attached manager's
+        interval (spec.checkpoints.intervalSteps) says: the loop need not repeat it."""
+        if self.checkpoints is None:
+            raise RuntimeError("is_save_step needs a checkpoint manager: set guard.checkpoints")
+        return self.checkpoints.is_save_step(self.global_step)
 
     @property
     def applied_generation(self) -> int:

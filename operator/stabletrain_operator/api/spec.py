@@ -13,9 +13,15 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import AfterValidator, ConfigDict, Field, WithJsonSchema, model_validator
 
+from stabletrain_agent.checkpoint.retention import MAX_SPIKE_MARKERS, MIN_KEEP
 from stabletrain_agent.contract.base import kubernetes_rules
 from stabletrain_agent.contract.detection import DetectionConfig
 from stabletrain_agent.contract.directives import SkipRange
+from stabletrain_agent.contract.env import (
+    DEFAULT_CHECKPOINT_INTERVAL_STEPS,
+    DEFAULT_RETENTION,
+    DEFAULT_SPIKE_MARKERS,
+)
 from stabletrain_agent.contract.names import (
     CUSTOM_SIGNAL_PREFIX,
     SIGNAL_PATTERN,
@@ -137,10 +143,12 @@ class LocalTierSpec(ApiModel):
     """Directory on the node, mounted as a hostPath volume (type DirectoryOrCreate)."""
     volume: dict[str, Any] | None = Field(default=None, json_schema_extra=PRESERVE_UNKNOWN)
     """Any core/v1 volume source instead (e.g. an ephemeral or local PersistentVolume claim)."""
-    retention: int = Field(default=3, ge=2, le=1000)
-    """Checkpoints kept on each node; at least 2 so the rollback target survives a new save."""
+    retention: int = Field(default=DEFAULT_RETENTION, ge=MIN_KEEP, le=1000)
+    """Regular checkpoints kept on each node (spike markers and the rollback target come on
+    top); at least 2 so the rollback target survives a new save."""
     size_limit: Quantity | None = None
-    """Budget on the tier: the agent keeps fewer checkpoints (never below 2) rather than fill it."""
+    """Budget on the tier: the agent keeps fewer checkpoints (never below 2) so that the kept
+    ones plus the one being written fit, dropping spike markers and the oldest first."""
 
     @model_validator(mode="after")
     def _one_source(self) -> Self:
@@ -156,8 +164,9 @@ class PfsTierSpec(ApiModel):
     """PersistentVolumeClaim (ReadWriteMany) in the job's namespace holding the PFS tier."""
     sub_path: str = Field(default="", max_length=4096, pattern=r"^([^/].*)?$")
     """Directory inside the claim for this job (relative); empty means the claim's root."""
-    retention: int = Field(default=3, ge=2, le=1000)
-    """Checkpoints kept on the PFS; at least 2 so the rollback target survives a new save."""
+    retention: int = Field(default=DEFAULT_RETENTION, ge=MIN_KEEP, le=1000)
+    """Regular checkpoints kept on the PFS (spike markers come on top); at least 2 so the
+    rollback target survives a new save."""
 
 
 class CheckpointsSpec(ApiModel):
@@ -165,11 +174,13 @@ class CheckpointsSpec(ApiModel):
 
     local: LocalTierSpec
     pfs: PfsTierSpec
-    interval_steps: int = Field(default=500, ge=1, le=10_000_000)
-    """Save every N optimizer steps to the local tier; the copy to the PFS is asynchronous."""
-    spike_markers: int = Field(default=2, ge=0, le=3)
-    """Checkpoints from inside a spike kept as evidence (never resumed from); at most 3
-    because each costs as much storage as a real checkpoint."""
+    interval_steps: int = Field(default=DEFAULT_CHECKPOINT_INTERVAL_STEPS, ge=1, le=10_000_000)
+    """Save every N optimizer steps to the local tier (the training loop asks
+    `guard.is_save_step()`); the copy to the PFS is asynchronous."""
+    spike_markers: int = Field(default=DEFAULT_SPIKE_MARKERS, ge=0, le=MAX_SPIKE_MARKERS)
+    """Checkpoints from inside a spike kept as evidence (never resumed from), per tier: the
+    earliest of the newest anomaly, where the spike began; the agent does not write more.
+    At most 3 because each costs as much storage as a real checkpoint."""
 
 
 class RollbackParams(ApiModel):

@@ -9,20 +9,21 @@ succeed with them every day.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
+from stabletrain_agent.checkpoint.retention import MIN_KEEP, local_copies
 from stabletrain_agent.contract.names import Action
 from stabletrain_agent.contract.preflight import Precision, PreflightFacts, TierFacts
+from stabletrain_operator.api.quantity import quantity_bytes
 from stabletrain_operator.api.spec import StableTrainingJobSpec
 
 FP16_SMALLEST_SUBNORMAL = 2.0**-24
 """About 5.96e-8: any smaller epsilon rounds to 0 in IEEE binary16."""
 BETA2_HIGH = 0.999
 """PyTorch's default; GPT-3 and LLaMA trained with 0.95 (see docs/preflight.md)."""
-KEEP_AT_LEAST = 2
+KEEP_AT_LEAST = MIN_KEEP
 """The agent never keeps fewer than 2 checkpoints per tier (the rollback target survives a
 new save); a tier that cannot hold 2 cannot protect anything."""
 
@@ -194,15 +195,30 @@ def _tier_finding(tier: TierFacts, keep: int, facts: PreflightFacts) -> Finding 
     )
 
 
+def _local_size_limit_bytes(spec: StableTrainingJobSpec) -> int | None:
+    limit = spec.checkpoints.local.size_limit
+    return None if limit is None else quantity_bytes(limit)
+
+
+def _kept_on(name: str, facts: PreflightFacts, spec: StableTrainingJobSpec) -> int:
+    """The copies the agent keeps on a tier between saves, as its retention counts them."""
+    checkpoints = spec.checkpoints
+    if name == "pfs":
+        return checkpoints.pfs.retention + checkpoints.spike_markers
+    return local_copies(
+        checkpoints.local.retention,
+        checkpoints.spike_markers,
+        _local_size_limit_bytes(spec),
+        facts.checkpoint_bytes_estimate,
+    )
+
+
 def _tier_space(name: str) -> Check:
     def check(facts: PreflightFacts, spec: StableTrainingJobSpec) -> Finding | None:
         tier = next((t for t in facts.tiers if t.name == name), None)
         if tier is None:
             return None
-        retention = (
-            spec.checkpoints.local.retention if name == "local" else spec.checkpoints.pfs.retention
-        )
-        return _tier_finding(tier, retention + spec.checkpoints.spike_markers, facts)
+        return _tier_finding(tier, _kept_on(name, facts, spec), facts)
 
     check.__name__ = f"{name}_tier_space"
     return check
@@ -210,17 +226,37 @@ def _tier_space(name: str) -> Check:
 
 def local_size_limit(facts: PreflightFacts, spec: StableTrainingJobSpec) -> Finding | None:
     limit = spec.checkpoints.local.size_limit
-    if limit is None:
+    if limit is None or facts.checkpoint_bytes_estimate == 0:
         return None
-    needed = KEEP_AT_LEAST * facts.checkpoint_bytes_estimate
+    needed = _required_bytes(facts, KEEP_AT_LEAST)
     if quantity_bytes(limit) >= needed:
         return None
     return Finding(
         "tier-too-small",
         Severity.SEVERE,
         f"checkpoints.local.sizeLimit {limit} cannot hold {KEEP_AT_LEAST} checkpoints of about "
-        f"{_size(facts.checkpoint_bytes_estimate)}",
+        f"{_size(facts.checkpoint_bytes_estimate)} plus the one being written",
         f"raise checkpoints.local.sizeLimit to at least {_size(needed)}",
+    )
+
+
+def local_retention_capped(facts: PreflightFacts, spec: StableTrainingJobSpec) -> Finding | None:
+    limit = _local_size_limit_bytes(spec)
+    checkpoints = spec.checkpoints
+    wanted = checkpoints.local.retention + checkpoints.spike_markers
+    kept = _kept_on("local", facts, spec)
+    if limit is None or kept >= wanted or limit < _required_bytes(facts, KEEP_AT_LEAST):
+        return None  # below 2 + 1 copies local_size_limit says so, as a severe finding
+    return Finding(
+        "local-retention-capped",
+        Severity.WARNING,
+        f"checkpoints.local.sizeLimit {checkpoints.local.size_limit} holds {kept} checkpoints "
+        f"of about {_size(facts.checkpoint_bytes_estimate)} next to the one being written, so "
+        f"the agent keeps {kept} of retention {checkpoints.local.retention} + spikeMarkers "
+        f"{checkpoints.spike_markers} on each node (spike markers and the oldest go first)",
+        f"raise checkpoints.local.sizeLimit to {_size(_required_bytes(facts, wanted))} or "
+        "lower checkpoints.local.retention to "
+        f"{max(KEEP_AT_LEAST, kept - checkpoints.spike_markers)}",
     )
 
 
@@ -246,6 +282,7 @@ CHECKS: tuple[Check, ...] = (
     _tier_space("local"),
     _tier_space("pfs"),
     local_size_limit,
+    local_retention_capped,
     no_data_skipping,
 )
 
@@ -254,33 +291,6 @@ def evaluate(facts: PreflightFacts, spec: StableTrainingJobSpec) -> tuple[Findin
     """Every finding, severe ones first, in checklist order within a severity."""
     found = [finding for check in CHECKS if (finding := check(facts, spec)) is not None]
     return tuple(sorted(found, key=lambda f: f.severity is not Severity.SEVERE))
-
-
-_SUFFIX_FACTORS = {
-    "": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
-    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
-    "m": 10**-3, "u": 10**-6, "n": 10**-9,
-}  # fmt: skip
-_QUANTITY = re.compile(
-    r"^([+-]?(?:\d+(?:\.\d*)?|\.\d+))(?:([eE][+-]?\d+)|([KMGTPE]i|[numkMGTPE])?)$"
-)
-
-
-def quantity_bytes(value: int | str) -> int:
-    """A Kubernetes quantity (500Gi, 2T, 1e12) in bytes, rounded down.
-
-    The spec's pattern has already admitted it; the kubernetes client's parser is not used
-    so that this module stays importable where only the CLI's extras are installed.
-    """
-    if isinstance(value, int):
-        return value
-    match = _QUANTITY.fullmatch(value)
-    if match is None:
-        raise ValueError(f"{value!r} is not a Kubernetes quantity such as 500Gi")
-    number, exponent, suffix = match.groups()
-    if exponent:
-        return int(float(number + exponent))
-    return int(float(number) * _SUFFIX_FACTORS[suffix or ""])
 
 
 def _size(size: int) -> str:

@@ -37,7 +37,9 @@ def main() -> None:
     subprocess.run(["mount", "--bind", str(pfs), str(pfs)], check=True)
     torch.set_num_threads(1)
     holder = Holder(reference(0))
-    config = CheckpointConfig(local, pfs, 1, "n0", keep_local=8, replication_retry_s=0.1)
+    config = CheckpointConfig(
+        local, pfs, 1, "n0", keep_local=8, keep_pfs=8, replication_retry_s=0.1
+    )
     manager = CheckpointManager(config, {"app": holder})
     manager.restore()
     seen: dict[str, Any] = {}

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from stabletrain_agent.checkpoint.retention import RetentionItem, plan_deletions
+from stabletrain_agent.checkpoint.retention import RetentionItem, copies_within, plan_deletions
 
 
 def item(
@@ -36,3 +36,57 @@ def test_abandoned_trajectory_is_deleted_unless_protected() -> None:
 def test_keep_below_two_is_refused() -> None:
     with pytest.raises(ValueError, match="keep must be >= 2"):
         plan_deletions([], keep=1)
+
+
+def marker(step: int, episode: int | None, *, attempt: int = 1, live: bool = True) -> RetentionItem:
+    return RetentionItem(step, attempt, False, True, live, episode)
+
+
+def test_the_earliest_markers_of_an_episode_are_kept() -> None:
+    markers = [marker(s, 130) for s in (130, 135, 140, 145)]
+    deleted = plan_deletions([item(100), item(125), *markers], keep=2, max_spike_markers=2)
+    assert deleted == [(140, 1), (145, 1)]
+
+
+def test_a_newer_episode_wins_over_an_older_one() -> None:
+    old = [marker(s, 130) for s in (130, 135)]
+    new = [marker(s, 260) for s in (260, 265)]
+    deleted = plan_deletions([item(100), item(250), *old, *new], keep=2, max_spike_markers=3)
+    assert deleted == [(135, 1)]  # all of the newest episode, then the older one's earliest
+
+
+def test_markers_off_the_lineage_are_evidence_and_stay() -> None:
+    abandoned = marker(130, 130, attempt=0, live=False)
+    assert plan_deletions([item(25), item(50), abandoned], keep=2, max_spike_markers=1) == []
+
+
+def test_zero_spike_markers_keeps_none() -> None:
+    deleted = plan_deletions([item(100), item(200), marker(210, 210)], keep=2, max_spike_markers=0)
+    assert deleted == [(210, 1)]
+
+
+def test_a_size_budget_drops_markers_and_older_copies_but_never_below_two() -> None:
+    items = [item(s) for s in (100, 200, 300, 400)] + [marker(410, 410)]
+    assert plan_deletions(items, keep=4, max_spike_markers=1, max_copies=3) == [
+        (100, 1),
+        (410, 1),
+    ]
+    assert plan_deletions(items, keep=4, max_spike_markers=1, max_copies=0) == [
+        (100, 1),
+        (200, 1),
+        (410, 1),
+    ]
+
+
+def test_copies_waiting_for_the_pfs_come_before_older_copies_within_the_budget() -> None:
+    items = [item(s) for s in (100, 200, 300, 400)]
+    assert plan_deletions(items, keep=4, waiting=[(100, 1)], max_copies=3) == [(200, 1)]
+    assert plan_deletions(items, keep=2, waiting=[(100, 1)]) == [(200, 1)]
+
+
+def test_copies_within_leaves_room_for_the_save_being_written() -> None:
+    assert copies_within(10 * 100, 100) == 9
+    assert copies_within(250, 100) == 1
+    assert copies_within(50, 100) == 0
+    with pytest.raises(ValueError, match="copy size > 0"):
+        copies_within(100, 0)

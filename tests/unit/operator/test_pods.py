@@ -147,3 +147,26 @@ def test_workers_on_a_lost_node_are_evicted_quickly_unless_the_template_says_oth
         "node.kubernetes.io/unreachable",
         "node.kubernetes.io/not-ready",
     ]
+
+
+def test_pod_carries_the_checkpoint_settings_of_the_spec() -> None:
+    checkpoints = {
+        "local": {"hostPath": "/nvme", "retention": 4, "sizeLimit": "3Gi"},
+        "pfs": {"claimName": "pfs", "retention": 6},
+        "intervalSteps": 25,
+        "spikeMarkers": 1,
+    }
+    variables = _env(pods.build_pod(spec(checkpoints=checkpoints), JOB, attempt=0, rank=1))
+    assert variables[env.CHECKPOINT_INTERVAL_STEPS] == "25"
+    assert variables[env.LOCAL_RETENTION] == "4"
+    assert variables[env.PFS_RETENTION] == "6"
+    assert variables[env.SPIKE_MARKERS] == "1"
+    assert variables[env.LOCAL_SIZE_LIMIT_BYTES] == str(3 * 2**30)
+
+
+def test_no_size_limit_means_no_size_variable_and_the_defaults_are_spelled_out() -> None:
+    variables = _env(pods.build_pod(spec(), JOB, attempt=0, rank=0))
+    assert env.LOCAL_SIZE_LIMIT_BYTES not in variables
+    assert variables[env.CHECKPOINT_INTERVAL_STEPS] == str(env.DEFAULT_CHECKPOINT_INTERVAL_STEPS)
+    assert variables[env.LOCAL_RETENTION] == variables[env.PFS_RETENTION] == "3"
+    assert variables[env.SPIKE_MARKERS] == str(env.DEFAULT_SPIKE_MARKERS)

@@ -13,8 +13,9 @@ from stabletrain_agent.contract.preflight import (
     PreflightFacts,
     TierFacts,
 )
+from stabletrain_operator.api.quantity import quantity_bytes
 from stabletrain_operator.api.spec import StableTrainingJobSpec
-from stabletrain_operator.preflight.checklist import Severity, evaluate, quantity_bytes
+from stabletrain_operator.preflight.checklist import Severity, evaluate
 
 GIB = 2**30
 CHECKPOINT = 1 * GIB
@@ -176,3 +177,27 @@ def test_quantities() -> None:
     assert quantity_bytes(512) == 512
     with pytest.raises(ValueError, match="not a Kubernetes quantity"):
         quantity_bytes("12 GB")
+
+
+def test_a_size_limit_needs_room_for_two_checkpoints_and_the_one_being_written() -> None:
+    spec = job_spec(checkpoints={
+        "local": {"hostPath": "/nvme", "sizeLimit": "2560Mi"}, "pfs": {"claimName": "pfs"},
+    })  # fmt: skip
+    check, severity, line = only(clean_facts(), spec)
+    assert (check, severity) == ("tier-too-small", "Severe")
+    assert "raise checkpoints.local.sizeLimit to at least 3.0 GiB" in line
+
+
+def test_the_local_tier_is_judged_by_what_the_agent_keeps_under_its_size_limit() -> None:
+    spec = job_spec(checkpoints={
+        "local": {"hostPath": "/nvme", "retention": 3, "sizeLimit": "4Gi"},
+        "pfs": {"claimName": "pfs"}, "spikeMarkers": 2,
+    })  # fmt: skip
+    # 4 GiB holds 3 copies next to the one being written: 4 GiB free is enough (retention 3
+    # + 2 markers + 1 would need 6), and the cap itself is worth a warning.
+    local = TierFacts(name="local", path="/l", free_bytes=4 * GIB)
+    pfs = TierFacts(name="pfs", path="/p", free_bytes=1000 * GIB)
+    check, severity, line = only(clean_facts(tiers=(local, pfs)), spec)
+    assert (check, severity) == ("local-retention-capped", "Warning")
+    assert "the agent keeps 3 of retention 3 + spikeMarkers 2" in line
+    assert "raise checkpoints.local.sizeLimit to 6.0 GiB" in line

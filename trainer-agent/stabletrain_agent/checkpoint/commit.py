@@ -31,6 +31,7 @@ def commit_copy(
     stable: bool,
     spike_marker: bool = False,
     anomalies: Sequence[str] = (),
+    episode: int | None = None,
     baseline: Mapping[str, float] | None = None,
 ) -> CopyManifest:
     """Write the manifest last and rename `temp` into the copy's final place."""
@@ -46,6 +47,7 @@ def commit_copy(
         stable=stable,
         spike_marker=spike_marker,
         anomalies=tuple(anomalies),
+        episode=episode,
         baseline=dict(baseline or {}),
     )
     manifest.check_names()

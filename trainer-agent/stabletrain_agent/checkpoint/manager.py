@@ -27,7 +27,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,12 +78,26 @@ from stabletrain_agent.checkpoint.manifest import (
 )
 from stabletrain_agent.checkpoint.priority import lower_current_thread_priority
 from stabletrain_agent.checkpoint.replicate import FlushResult, PfsCondition, Replicator
-from stabletrain_agent.checkpoint.retention import RetentionItem, plan_deletions
+from stabletrain_agent.checkpoint.retention import (
+    MAX_SPIKE_MARKERS,
+    MIN_KEEP,
+    RetentionItem,
+    copies_within,
+    plan_deletions,
+)
 from stabletrain_agent.checkpoint.states import Stateful
 from stabletrain_agent.contract import env
 from stabletrain_agent.contract.inventory import CheckpointRecord
 
 log = logging.getLogger(__name__)
+
+
+def _retention_item(
+    key: tuple[int, int], manifest: CopyManifest, on_lineage: bool
+) -> RetentionItem:
+    return RetentionItem(
+        key[0], key[1], manifest.stable, manifest.spike_marker, on_lineage, manifest.episode
+    )
 
 
 def _prune_empty(*directories: Path) -> None:
@@ -103,21 +117,67 @@ class _BackgroundWriter(FileSystemWriter):
         return super().write_data(plan, planner)
 
 
+def _env_int(environ: Mapping[str, str], name: str, default: int, minimum: int) -> int:
+    raw = environ.get(name)
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {raw!r}") from None
+    if value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value}")
+    return value
+
+
 @dataclass(frozen=True)
 class CheckpointConfig:
+    """Where the tiers are and what the job's spec says about saving and keeping.
+
+    Under the operator every field comes from the pod's env (`from_env`), so the manager
+    saves at spec.checkpoints.intervalSteps and keeps what the spec's retention,
+    spikeMarkers and sizeLimit say without the script repeating any of them.
+    """
+
     local_root: Path
     pfs_root: Path
     attempt: int
     node: str
     node_rank: int = 0
-    keep_local: int = 2
-    keep_pfs: int = 3
-    max_spike_markers: int = 3
+    keep_local: int = env.DEFAULT_RETENTION
+    """Regular checkpoints kept on this node's local tier (spec.checkpoints.local.retention)."""
+    keep_pfs: int = env.DEFAULT_RETENTION
+    """Regular checkpoints kept on the PFS (spec.checkpoints.pfs.retention)."""
+    max_spike_markers: int = env.DEFAULT_SPIKE_MARKERS
+    """Spike markers kept per tier, the earliest of their episode (spikeMarkers)."""
     replication_retry_s: float = 5.0
+    interval_steps: int = env.DEFAULT_CHECKPOINT_INTERVAL_STEPS
+    """Every multiple of this is a save step (spec.checkpoints.intervalSteps)."""
+    local_size_limit_bytes: int | None = None
+    """Budget of the local tier (spec.checkpoints.local.sizeLimit): fewer copies, never full."""
+
+    def __post_init__(self) -> None:
+        if self.keep_local < MIN_KEEP or self.keep_pfs < MIN_KEEP:
+            raise ValueError(
+                f"keep_local and keep_pfs must be >= {MIN_KEEP}, got "
+                f"{self.keep_local} and {self.keep_pfs}"
+            )
+        if not 0 <= self.max_spike_markers <= MAX_SPIKE_MARKERS:
+            raise ValueError(
+                f"max_spike_markers must be 0..{MAX_SPIKE_MARKERS}, got {self.max_spike_markers}"
+            )
+        if self.interval_steps < 1:
+            raise ValueError(f"interval_steps must be >= 1, got {self.interval_steps}")
+        if self.local_size_limit_bytes is not None and self.local_size_limit_bytes < 0:
+            raise ValueError(
+                f"local_size_limit_bytes must be >= 0, got {self.local_size_limit_bytes}"
+            )
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ) -> CheckpointConfig:
-        """The tier paths, attempt, node name and node rank the operator puts into every pod."""
+        """The tiers, attempt, node, node rank and the spec's checkpoint settings that the
+        operator puts into every pod (contract env names); unset settings take the spec's
+        defaults."""
         missing = [
             name
             for name in (env.LOCAL_CHECKPOINT_DIR, env.PFS_CHECKPOINT_DIR, env.ATTEMPT)
@@ -125,6 +185,7 @@ class CheckpointConfig:
         ]
         if missing:
             raise ValueError(f"checkpointing needs the environment variables {missing}")
+        limit = environ.get(env.LOCAL_SIZE_LIMIT_BYTES)
         return cls(
             local_root=Path(environ[env.LOCAL_CHECKPOINT_DIR]),
             pfs_root=Path(environ[env.PFS_CHECKPOINT_DIR]),
@@ -133,6 +194,15 @@ class CheckpointConfig:
             # Outside the operator torchrun's GROUP_RANK is the node rank (stable only with
             # the static rendezvous, which keeps --node-rank).
             node_rank=int(environ.get(env.NODE_RANK) or environ.get("GROUP_RANK") or "0"),
+            keep_local=_env_int(environ, env.LOCAL_RETENTION, env.DEFAULT_RETENTION, MIN_KEEP),
+            keep_pfs=_env_int(environ, env.PFS_RETENTION, env.DEFAULT_RETENTION, MIN_KEEP),
+            max_spike_markers=_env_int(environ, env.SPIKE_MARKERS, env.DEFAULT_SPIKE_MARKERS, 0),
+            interval_steps=_env_int(
+                environ, env.CHECKPOINT_INTERVAL_STEPS, env.DEFAULT_CHECKPOINT_INTERVAL_STEPS, 1
+            ),
+            local_size_limit_bytes=(
+                _env_int(environ, env.LOCAL_SIZE_LIMIT_BYTES, 0, 0) if limit else None
+            ),
         )
 
     @property
@@ -189,6 +259,12 @@ class CheckpointManager:
         self._in_flight: _Save | None = None
         self._started = False
         self._protected: tuple[tuple[int, int], ...] = ()
+        self._episode: int | None = None
+        """First step of the anomaly episode the markers being saved belong to."""
+        self._episode_markers = 0
+        self._retention_lock = threading.Lock()
+        """Retention runs after a save (finisher thread) and after a copy reached the PFS
+        (replicator thread); one at a time."""
         self.last_blocking_s = 0.0
         self._changes = 0
         self.replicator: Replicator | None = None
@@ -201,6 +277,7 @@ class CheckpointManager:
                 retry_interval_s=config.replication_retry_s,
                 on_error=log.warning,
                 cache=self._cache,
+                on_landed=self._trim_pfs_after_landing,
             )
 
     def _make_groups(self) -> None:
@@ -222,6 +299,11 @@ class CheckpointManager:
         per_rank = {f"{prefix}:{name}": obj for name, obj in self._rank_state.items()}
         return {**self._app_state, **per_rank}
 
+    def is_save_step(self, step: int) -> bool:
+        """Whether `step` (optimizer steps done) is one the job saves at: every multiple of
+        spec.checkpoints.intervalSteps, so a loop asks instead of repeating the interval."""
+        return step > 0 and step % self.config.interval_steps == 0
+
     def save(
         self,
         step: int,
@@ -230,10 +312,31 @@ class CheckpointManager:
         spike_marker: bool = False,
         anomalies: Sequence[str] = (),
         baseline: Mapping[str, float] | None = None,
-    ) -> None:
-        """Snapshot the state now and write it in the background (one save in flight)."""
+    ) -> bool:
+        """Snapshot the state now and write it in the background (one save in flight).
+
+        A spike marker beyond `max_spike_markers` of its episode is not written at all:
+        retention keeps the earliest markers of an episode, so a later one would only be
+        deleted again.  An episode runs from the first marker to the next regular save.
+        Returns whether a save was started; every rank makes the same calls, so every rank
+        skips the same ones.
+        """
         if not self._started:
             raise RuntimeError("call restore() before the first save: it starts the attempt")
+        episode = None
+        if spike_marker:
+            if self._episode is None:
+                self._episode, self._episode_markers = step, 0
+            if self._episode_markers >= self.config.max_spike_markers:
+                log.info(
+                    "spike marker of step %d not saved: episode %d already has %d",
+                    step, self._episode, self._episode_markers,
+                )  # fmt: skip
+                return False
+            self._episode_markers += 1
+            episode = self._episode
+        else:
+            self._episode = None
         self.wait()
         check_not_stale(self.config.local_root, self.config.attempt)
         temp = local_temp_dir(self.config.local_root, step, self.config.attempt)
@@ -250,6 +353,7 @@ class CheckpointManager:
             "stable": stable,
             "spike_marker": spike_marker,
             "anomalies": tuple(anomalies),
+            "episode": episode,
             "baseline": dict(baseline or {}),
         }
         assert isinstance(future, Future)
@@ -259,6 +363,7 @@ class CheckpointManager:
         )
         save.finisher.start()
         self._in_flight = save
+        return True
 
     def _finish(self, save: _Save) -> None:
         """After the write: the node leader commits the copy and hands it to replication."""
@@ -564,39 +669,65 @@ class CheckpointManager:
         """Node leader: trim this node's local copies and its own parts on the PFS.
 
         The checkpoint this attempt restored from is protected: it is the rollback target
-        the operator chose, and the only one known good before this attempt's saves.  So
-        are the newest copies still waiting for the PFS while it is reachable; while it is
-        down, local space wins and only the newest copies wait for it to return.  Local
-        copies are thus bounded by 2 x keep_local + 2 + the spike markers.
+        the operator chose, and the only one known good before this attempt's saves.  The
+        newest copies still waiting for the PFS are kept while it is reachable; while it is
+        down, local space wins and only the newest copies wait for it to return.  With a
+        size limit the local tier keeps only as many copies as fit next to the one being
+        written (never fewer than 2), dropping markers and older copies first.
         """
-        protected = list(self._protected)
+        with self._retention_lock:
+            self._apply_retention_locked()
+
+    def _trim_pfs_after_landing(self) -> None:
+        """A copy just reached the PFS: the tier keeps its retention from now on."""
+        with self._retention_lock:
+            self._trim_pfs([*self._protected, *self._waiting()])
+
+    def _waiting(self) -> list[tuple[int, int]]:
         if self.replicator is not None and self.replicator.condition.available:
             # Not on the PFS yet: keep until it is, but no more than `keep_local` of them,
             # so a replication slower than the saves cannot fill the local disk.
-            protected += self.replicator.pending()[-self.config.keep_local :]
+            return self.replicator.pending()[-self.config.keep_local :]
+        return []
+
+    def _apply_retention_locked(self) -> None:
+        waiting = self._waiting()
         try:
             check_not_stale(self.config.local_root, self.config.attempt)
         except StaleAttemptError:
             return
         fence = combined_fence([self.config.local_root, self.config.pfs_root])
         local = scan_local(self.config.local_root, self.config.part, self._cache)
-        items = [
-            RetentionItem(s, a, c.manifest.stable, c.manifest.spike_marker, fence.on_lineage(s, a))
-            for (s, a), c in local.items()
-            if c.manifest is not None
-        ]
+        manifests = {key: c.manifest for key, c in local.items() if c.manifest is not None}
+        items = [_retention_item(key, m, fence.on_lineage(*key)) for key, m in manifests.items()]
         for step, attempt in plan_deletions(
             items,
             keep=self.config.keep_local,
             max_spike_markers=self.config.max_spike_markers,
-            protected=protected,
+            protected=self._protected,
+            waiting=waiting,
+            max_copies=self._local_budget(manifests.values()),
         ):
             if self.replicator is not None:
                 self.replicator.forget(step, attempt)
             copy = local_copy_dir(self.config.local_root, step, attempt)
             remove_tree_durable(copy)
             _prune_empty(copy.parent)
-        self._trim_pfs(protected)
+        self._trim_pfs([*self._protected, *waiting])
+
+    def _local_budget(self, manifests: Iterable[CopyManifest]) -> int | None:
+        """Copies the local tier's size limit allows, judged by the largest copy on it."""
+        limit = self.config.local_size_limit_bytes
+        sizes = [sum(entry.size for entry in m.files.values()) for m in manifests]
+        if limit is None or not sizes or max(sizes) == 0:
+            return None
+        budget = copies_within(limit, max(sizes))
+        if budget < MIN_KEEP:
+            log.warning(
+                "local tier size limit %d B holds %d copies of %d B; keeping %d anyway",
+                limit, budget, max(sizes), MIN_KEEP,
+            )  # fmt: skip
+        return budget
 
     def _trim_pfs(self, protected: Sequence[tuple[int, int]]) -> None:
         try:
@@ -606,13 +737,10 @@ class CheckpointManager:
             return
         fence = combined_fence([self.config.pfs_root])
         items = []
-        for (step, attempt), check in pfs.items():
+        for key, check in pfs.items():
             manifest = check.any_manifest
             if manifest is not None and self.config.part in check.parts:
-                on = fence.on_lineage(step, attempt)
-                items.append(
-                    RetentionItem(step, attempt, manifest.stable, manifest.spike_marker, on)
-                )
+                items.append(_retention_item(key, manifest, fence.on_lineage(*key)))
         for step, attempt in plan_deletions(
             items,
             keep=self.config.keep_pfs,

@@ -57,6 +57,9 @@ class CopyManifest(BaseModel):
     stable: bool
     spike_marker: bool = False
     anomalies: tuple[str, ...] = ()
+    episode: int | None = Field(default=None, ge=0)
+    """A spike marker's episode: the step of the first marker saved in that anomaly (its
+    retention keeps the earliest of an episode); None for regular checkpoints."""
     baseline: dict[str, float] = Field(default_factory=dict)
     created_at: float = Field(default_factory=time.time)
 

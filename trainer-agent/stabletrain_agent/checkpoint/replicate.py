@@ -162,6 +162,7 @@ class Replicator:
         retry_interval_s: float = 5.0,
         on_error: Callable[[str], None] | None = None,
         cache: VerifyCache | None = None,
+        on_landed: Callable[[], None] | None = None,
     ) -> None:
         self._cache = cache
         self.local_root = local_root
@@ -169,6 +170,9 @@ class Replicator:
         self.node = node
         self.retry_interval_s = retry_interval_s
         self._on_error = on_error
+        self._on_landed = on_landed
+        """Called (outside the lock) after each copy reached the PFS: the PFS is trimmed to
+        its retention when a copy lands, not only at the next save."""
         self._lock = threading.Condition()
         self._pending: set[tuple[int, int]] = set()
         self._done: set[tuple[int, int]] = set()
@@ -238,6 +242,8 @@ class Replicator:
                 self._pending.discard(key)
                 self._busy = key
             outcome = self._replicate_one(key)
+            if outcome == "done" and self._on_landed is not None:
+                self._landed()  # still busy: a flush returns only after the trim
             with self._lock:
                 self._busy = None
                 if outcome == "done":
@@ -248,6 +254,13 @@ class Replicator:
                 self._lock.notify_all()
                 if outcome == "retry" and not self._stopping:
                     self._lock.wait(timeout=self.retry_interval_s)
+
+    def _landed(self) -> None:
+        assert self._on_landed is not None
+        try:
+            self._on_landed()
+        except Exception as error:  # the thread must survive anything a disk can throw
+            self._report(f"after replication: {error!r}")
 
     def _replicate_one(self, key: tuple[int, int]) -> str:
         step, attempt = key

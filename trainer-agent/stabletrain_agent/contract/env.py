@@ -31,6 +31,17 @@ PFS_CHECKPOINT_DIR = "STABLETRAIN_PFS_CHECKPOINT_DIR"
 LINEAGE_DIR = "STABLETRAIN_LINEAGE_DIR"
 """Where on the PFS the agent writes spike-window lineage; trip reports point into it."""
 
+CHECKPOINT_INTERVAL_STEPS = "STABLETRAIN_CHECKPOINT_INTERVAL_STEPS"
+"""spec.checkpoints.intervalSteps: the manager's save step is every multiple of it."""
+LOCAL_RETENTION = "STABLETRAIN_LOCAL_RETENTION"
+"""spec.checkpoints.local.retention: regular checkpoints kept on each node's local tier."""
+PFS_RETENTION = "STABLETRAIN_PFS_RETENTION"
+"""spec.checkpoints.pfs.retention: regular checkpoints kept on the PFS."""
+SPIKE_MARKERS = "STABLETRAIN_SPIKE_MARKERS"
+"""spec.checkpoints.spikeMarkers: checkpoints from inside an anomaly kept as evidence."""
+LOCAL_SIZE_LIMIT_BYTES = "STABLETRAIN_LOCAL_SIZE_LIMIT_BYTES"
+"""spec.checkpoints.local.sizeLimit in bytes; unset means no budget beyond the retention."""
+
 DIRECTIVES_PATH = "STABLETRAIN_DIRECTIVES_PATH"
 """File holding the attempt's initial Directives JSON (from a ConfigMap the operator writes
 before it creates the pods, so it is there at start; later changes go over HTTP)."""
@@ -52,6 +63,10 @@ DEFAULT_LOCAL_CHECKPOINT_DIR = PurePosixPath("/stabletrain/local")
 DEFAULT_PFS_CHECKPOINT_DIR = PurePosixPath("/stabletrain/pfs")
 DEFAULT_TERMINATION_MESSAGE_PATH = PurePosixPath("/dev/termination-log")
 """Kubernetes' default terminationMessagePath."""
+DEFAULT_CHECKPOINT_INTERVAL_STEPS = 500
+DEFAULT_RETENTION = 3
+DEFAULT_SPIKE_MARKERS = 2
+"""What the agent assumes when a checkpoint variable is unset: the spec's defaults."""
 DEFAULT_AGENT_PORT = 9400
 DEFAULT_AGENT_BIND_ADDRESS = "0.0.0.0"
 

@@ -1,0 +1,139 @@
+"""spec.checkpoints reaches the manager through the pod's env and is obeyed by default:
+the save interval, each tier's retention, the spike markers and the local size limit.
+
+The env is the one the operator's pod builder writes, so a setting lost on either side of
+the contract (the operator not passing it, the agent not reading it) fails here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ckpt_reference import Holder, reference
+
+from stabletrain_agent.checkpoint.layout import iter_attempt_dirs
+from stabletrain_agent.checkpoint.manager import CheckpointConfig, CheckpointManager
+from stabletrain_agent.checkpoint.manifest import read_manifest
+from stabletrain_agent.contract import env
+from stabletrain_operator import pods
+from stabletrain_operator.api.spec import StableTrainingJobSpec
+
+
+def pod_environ(checkpoints: dict[str, Any], tmp_path: Path) -> dict[str, str]:
+    """The agent's env of pod 0, as the operator builds it, with the tiers under tmp_path."""
+    spec = StableTrainingJobSpec.model_validate(
+        {
+            "workers": {"template": {"spec": {"containers": [{"name": "t", "image": "x"}]}}},
+            "checkpoints": {
+                "local": {"hostPath": "/nvme"},
+                "pfs": {"claimName": "pfs"},
+                **checkpoints,
+            },
+        }
+    )
+    pod = pods.build_pod(spec, pods.JobRef("gpt", "team", "uid"), attempt=0, rank=0)
+    environ = {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"] if "value" in e}
+    (tmp_path / "pfs").mkdir()
+    environ[env.LOCAL_CHECKPOINT_DIR] = str(tmp_path / "local")
+    environ[env.PFS_CHECKPOINT_DIR] = str(tmp_path / "pfs")
+    environ[env.NODE_NAME] = "n0"
+    return environ
+
+
+def steps_on(root: Path) -> list[int]:
+    return [step for step, _, _ in iter_attempt_dirs(root)]
+
+
+def run(manager: CheckpointManager, holder: Holder, steps: range, **save: Any) -> list[int]:
+    """Save at every step the manager calls a save step; the steps whose save started."""
+    started = []
+    for step in steps:
+        holder.state = reference(step)
+        if manager.is_save_step(step) and manager.save(step, **save):
+            started.append(step)
+    manager.wait()
+    assert not manager.flush(30).timed_out
+    return started
+
+
+def test_interval_and_retention_come_from_the_spec(tmp_path: Path) -> None:
+    settings = {"intervalSteps": 3, "spikeMarkers": 1}
+    environ = pod_environ(
+        {**settings, "local": {"hostPath": "/n", "retention": 2}, "pfs": {"claimName": "p"}},
+        tmp_path,
+    )
+    config = CheckpointConfig.from_env(environ)
+    assert (config.interval_steps, config.keep_local, config.keep_pfs) == (3, 2, 3)
+    assert (config.max_spike_markers, config.local_size_limit_bytes) == (1, None)
+    holder = Holder(reference(0))
+    manager = CheckpointManager(config, {"app": holder})
+    try:
+        assert manager.restore() is None
+        assert run(manager, holder, range(1, 21), stable=True) == [3, 6, 9, 12, 15, 18]
+    finally:
+        manager.close()
+    assert steps_on(config.local_root) == [15, 18]
+    # Trimmed when a copy lands, not only at the next save: the flush returned after it.
+    assert steps_on(config.pfs_root) == [12, 15, 18]
+
+
+def test_spike_markers_keep_the_earliest_of_the_newest_episode(tmp_path: Path) -> None:
+    config = CheckpointConfig.from_env(
+        pod_environ({"intervalSteps": 2, "spikeMarkers": 1}, tmp_path)
+    )
+    holder = Holder(reference(0))
+    manager = CheckpointManager(config, {"app": holder})
+    try:
+        assert manager.restore() is None
+        assert run(manager, holder, range(1, 5), stable=True) == [2, 4]
+        first = run(manager, holder, range(5, 11), stable=False, spike_marker=True)
+        assert first == [6], "only the first marker of the episode is written"
+        assert run(manager, holder, range(11, 13), stable=True) == [12]
+        second = run(manager, holder, range(13, 17), stable=False, spike_marker=True)
+        assert second == [14]
+    finally:
+        manager.close()
+    local = {step: read_manifest(path) for step, _, path in iter_attempt_dirs(config.local_root)}
+    assert [s for s, m in local.items() if m.spike_marker] == [14]
+    assert local[14].episode == 14
+    assert [s for s, m in local.items() if not m.spike_marker] == [2, 4, 12]
+
+
+def test_the_size_limit_keeps_fewer_local_copies_than_the_retention(tmp_path: Path) -> None:
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    copy_bytes = measure_copy_bytes(probe)
+    limit = int(4.5 * copy_bytes)  # 4 copies fit: 3 kept next to the one being written
+    checkpoints = {"intervalSteps": 1, "local": {"hostPath": "/n", "retention": 6,
+                                                  "sizeLimit": limit}}  # fmt: skip
+    config = CheckpointConfig.from_env(pod_environ(checkpoints, tmp_path))
+    assert config.local_size_limit_bytes == limit
+    holder = Holder(reference(0))
+    manager = CheckpointManager(config, {"app": holder})
+    try:
+        assert manager.restore() is None
+        assert run(manager, holder, range(1, 9), stable=True) == list(range(1, 9))
+    finally:
+        manager.close()
+    assert steps_on(config.local_root) == [6, 7, 8]
+    used = sum(f.stat().st_size for f in config.local_root.rglob("*") if f.is_file())
+    assert used <= limit, (used, limit)
+    assert steps_on(config.pfs_root) == [6, 7, 8]
+
+
+def measure_copy_bytes(root: Path) -> int:
+    """What one copy of the reference state takes on disk, as the manager writes it."""
+    (root / "pfs").mkdir()
+    holder = Holder(reference(1))
+    manager = CheckpointManager(
+        CheckpointConfig(root / "local", root / "pfs", 0, "n0"), {"a": holder}
+    )
+    try:
+        manager.restore()
+        manager.save(1, stable=True)
+        manager.wait()
+    finally:
+        manager.close()
+    ((_, _, path),) = iter_attempt_dirs(root / "local")
+    return sum(f.stat().st_size for f in path.iterdir())
