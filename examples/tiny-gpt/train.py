@@ -38,6 +38,7 @@ from model import GPTConfig, TinyGPT
 from torch.nn.parallel import DistributedDataParallel
 
 from stabletrain_agent.checkpoint.manager import CheckpointConfig, CheckpointManager
+from stabletrain_agent.checkpoint.planned import RestoreFailed, restore_planned
 from stabletrain_agent.checkpoint.states import ModelOptimizerState, RngState
 from stabletrain_agent.contract import env
 from stabletrain_agent.data import ShardedBatches
@@ -188,10 +189,17 @@ def main() -> None:
         {"scheduler": scheduler, "rng": RngState()},
     )
     guard.checkpoints = manager
-    resume_step = guard.applied.resume_step if guard.applied else None
-    restored = manager.restore(max_step=resume_step)
     log_dir = Path(args.log_dir) if args.log_dir else checkpoints.pfs_root / LOG_SUBDIR
     log = StepLog(log_dir, attempt, rank)
+    try:  # exactly the step the operator planned (0: nothing), or stop and say why
+        restored = restore_planned(
+            manager, guard.applied, termination_path=guard.env.termination_path
+        )
+    except RestoreFailed as failed:
+        log.write({"event": "restore_failed", "message": failed.message})
+        log.close()
+        guard.close()
+        raise
     log.write(
         {
             "event": "start",

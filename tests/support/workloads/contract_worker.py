@@ -11,6 +11,8 @@ curve, so operator tests run in seconds with every fault chosen exactly:
 - ST_TRANSIENT_AT: a two-step loss blip at this step (shorter than any sustained rule)
 - ST_GRAD_SPIKE_AT/ST_GRAD_SPIKE_LEN: a report-only grad-norm spike
 - ST_NO_PFS_STEPS: comma-separated save steps whose PFS copy is never written
+- ST_LOST_AFTER_TRIP: comma-separated save steps removed from both tiers just after the trip
+  report listed them (retention or a tier losing them while the operator plans)
 
 Checkpoints are real files, one per rank: `<local>/step-N/rank-R.json` on the node's tier
 and `<pfs>/step-N/rank-R.json` on the shared one, written atomically; the inventory is read
@@ -37,6 +39,7 @@ from stabletrain_agent.contract.inventory import (
     TierCopy,
     compact_inventory,
 )
+from stabletrain_agent.contract.restore import RESTORE_EXIT_CODE, render_restore_failure
 from stabletrain_agent.directives import DirectiveSource
 from stabletrain_agent.export import AgentExporter
 from stabletrain_agent.signals.monitor import SignalMonitor, StepObservation
@@ -105,6 +108,7 @@ def main() -> int:
     grad_at, grad_len = _int("ST_GRAD_SPIKE_AT", -1), _int("ST_GRAD_SPIKE_LEN", 0)
     transient_at = _int("ST_TRANSIENT_AT", -1)
     no_pfs = {int(s) for s in os.environ.get("ST_NO_PFS_STEPS", "").split(",") if s}
+    lost = {int(s) for s in os.environ.get("ST_LOST_AFTER_TRIP", "").split(",") if s}
 
     source = DirectiveSource.from_env()
     directives = source.latest()
@@ -119,9 +123,12 @@ def main() -> int:
     log_dir.mkdir(parents=True, exist_ok=True)
     log = (log_dir / f"attempt-{attempt}-rank-{rank}.jsonl").open("a", encoding="utf-8")
     start = directives.resume_step or 0
-    if directives.resume_step is not None and not any((pfs / f"step-{start}").glob("*.json")):
-        print(f"contract_worker: checkpoint {start} is not on the PFS", file=sys.stderr)
-        return 3
+    if start and not (pfs / f"step-{start}" / f"rank-{rank}.json").exists():
+        message = render_restore_failure(start, attempt, "its PFS copy is missing")
+        if _int("LOCAL_RANK", 0) == 0:
+            Path(os.environ[env.TERMINATION_MESSAGE_PATH]).write_text(message)
+        print(f"contract_worker: {message}", file=sys.stderr)
+        return RESTORE_EXIT_CODE
     applied = directives
     try:
         for step in range(start + 1, steps + 1):
@@ -170,6 +177,9 @@ def main() -> int:
                 if exporter is not None:
                     exporter.record_trip(report)
                 write_termination_message(Path(os.environ[env.TERMINATION_MESSAGE_PATH]), report)
+                for gone in lost:
+                    for tier in (local, pfs):
+                        (tier / f"step-{gone}" / f"rank-{rank}.json").unlink(missing_ok=True)
                 print(f"contract_worker: tripped at step {step}: {report.signal}", file=sys.stderr)
                 return 1
             if step % every == 0:

@@ -39,6 +39,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from stabletrain_agent.checkpoint.manager import CheckpointConfig, CheckpointManager
+from stabletrain_agent.checkpoint.planned import restore_planned
 from stabletrain_agent.checkpoint.states import ModelOptimizerState
 from stabletrain_agent.contract import env
 from stabletrain_agent.data import Shard, ShardedBatches
@@ -119,10 +120,7 @@ def main() -> None:
             {"train": ModelOptimizerState(model, optimizer), "guard": guard, "sched": scheduler},
         )
         guard.checkpoints = manager
-        resume = guard.applied.resume_step if guard.applied else None
-        restored = manager.restore(max_step=resume)
-        if (restored.step if restored else None) != resume:
-            raise RuntimeError(f"directives resume at {resume}, restored {restored}")
+        restore_planned(manager, guard.applied, termination_path=guard.env.termination_path)
     generator = torch.Generator().manual_seed(1000 + rank)
     val_x = torch.randn(64, FEATURES, generator=generator)
     val_y = val_x @ _truth()

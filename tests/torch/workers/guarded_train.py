@@ -27,6 +27,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from stabletrain_agent.checkpoint.manager import CheckpointConfig, CheckpointManager
+from stabletrain_agent.checkpoint.planned import restore_planned
 from stabletrain_agent.checkpoint.states import ModelOptimizerState
 from stabletrain_agent.data import Shard, ShardedBatches
 from stabletrain_agent.guard import Guard
@@ -115,8 +116,8 @@ def main() -> None:
         )
         guard.checkpoints = manager
         resume_step = guard.applied.resume_step if guard.applied else None
-        restored = manager.restore(max_step=resume_step)
-        assert (restored.step if restored else None) == resume_step, restored
+        restored = restore_planned(manager, guard.applied)
+        assert (restored.step if restored else 0) == (resume_step or 0), restored
     syncs = Syncs()
     generation_seen_at: int | None = None
     try:

@@ -222,6 +222,16 @@ class RestoreResult:
     rejected: tuple[str, ...] = ()
 
 
+class RestoreTargetMissingError(RuntimeError):
+    """No verified, on-lineage copy of the step the directives name: the attempt must not
+    start from any other step (the message says what was found instead)."""
+
+    def __init__(self, step: int, rejected: Sequence[str]) -> None:
+        found = f": {'; '.join(rejected)}" if rejected else ": no copy on either tier"
+        super().__init__(f"no restorable checkpoint of step {step}{found}")
+        self.step = step
+
+
 @dataclass
 class _Save:
     step: int
@@ -407,7 +417,7 @@ class CheckpointManager:
     # -------------------------------------------------------------- restore
 
     def restore(
-        self, max_step: int | None = None, *, stable_only: bool = False
+        self, max_step: int | None = None, *, stable_only: bool = False, exact: bool = False
     ) -> RestoreResult | None:
         """Load the newest restorable checkpoint at or below `max_step` and start the attempt.
 
@@ -419,13 +429,21 @@ class CheckpointManager:
         Each node prefers its verified local copy, else re-seeds it from its verified PFS
         part; if any node can do neither, every rank moves on to the next older candidate
         together.  None means nothing restorable exists: the run starts fresh from step 0.
+
+        `exact` (what the operator's directives ask for) loads `max_step` itself or raises
+        RestoreTargetMissingError on every rank: a fallback to another step would be a decision
+        the operator did not take.  `max_step=0` with `exact` restores nothing.
         """
+        if exact and max_step is None:
+            raise ValueError("an exact restore needs the step to restore")
         problems: dict[tuple[int, int], list[str]] = {}
         candidates = self._candidates(max_step, stable_only, problems)
+        if exact:
+            candidates = [key for key in candidates if key[0] == max_step]
         rejected = [
             problem
             for key in sorted(set(problems) - set(candidates), reverse=True)
-            if max_step is None or key[0] <= max_step
+            if max_step is None or (key[0] == max_step if exact else key[0] <= max_step)
             for problem in problems[key]
         ]
         for step, attempt in candidates:
@@ -437,6 +455,8 @@ class CheckpointManager:
             self._begin(step)
             node_source = self._node_source(source)
             return RestoreResult(step, attempt, node_source, tuple(rejected))
+        if exact and max_step:
+            raise RestoreTargetMissingError(max_step, tuple(rejected))
         self._begin(0)
         return None
 

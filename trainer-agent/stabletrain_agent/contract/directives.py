@@ -79,8 +79,10 @@ class Directives(ContractModel):
     attempt: int = Field(ge=0)
     """Attempt these are for; must equal the pod's STABLETRAIN_ATTEMPT."""
     resume_step: int | None = Field(default=None, ge=0)
-    """Checkpoint step to load at start; null starts from scratch. Fixed per attempt:
-    a live directive with another value is refused."""
+    """Checkpoint step to load at start, exactly (pods that cannot find it stop with a
+    RestoreFailed termination message); 0 starts from step 0 with nothing restored; null
+    (attempt 0) resumes the newest checkpoint found, as a run outside the operator does.
+    Fixed per attempt: a live directive with another value is refused."""
     lr_scale: float = Field(default=1.0, gt=0.0, le=1.0, allow_inf_nan=False)
     """Multiplier on the schedule's LR, the product of every reduction so far."""
     rewarmup_steps: int = Field(default=0, ge=0, le=1_000_000)
