@@ -26,6 +26,8 @@ from stabletrain_operator import naming
 from stabletrain_operator.api.constants import ConditionType, Phase, Reason
 from stabletrain_operator.api.spec import CrashLoopAction, PreflightMode, StableTrainingJobSpec
 from stabletrain_operator.api.status import (
+    CHOICE_MAX,
+    EXCLUDED_MAX,
     HISTORY_MAX,
     SKIP_RANGES_INLINE_MAX,
     FailureRecord,
@@ -39,9 +41,13 @@ from stabletrain_operator.observe.culprit import failure_record, failure_suspect
 from stabletrain_operator.observe.pods import PodFacts, PodState, failure_evidence
 from stabletrain_operator.observe.scrape import ScrapeResult
 from stabletrain_operator.observe.stall import RankProgress, judge_stall
-from stabletrain_operator.plan.checkpoint import choose_checkpoint, step_bound
+from stabletrain_operator.plan.checkpoint import (
+    choose_checkpoint,
+    no_checkpoint_decision,
+    step_bound,
+)
 from stabletrain_operator.plan.directives import attempt_directives, live_directives
-from stabletrain_operator.plan.inventory import merged_inventory
+from stabletrain_operator.plan.inventory import merged_inventory, without_abandoned
 from stabletrain_operator.plan.placement import avoided_nodes, remember_suspects, unexpired
 from stabletrain_operator.plan.skips import merge_skip_ranges
 from stabletrain_operator.pods import grace_seconds
@@ -378,6 +384,9 @@ def _running(status: StableTrainingJobStatus, world: World) -> Step:
     nodes = world.spec.workers.nodes
     if sum(p.state is PodState.SUCCEEDED for p in current) >= nodes:
         return _succeeded(status, world)
+    unrestorable = _restore_failures(status, current)
+    if unrestorable:
+        return _replan(status, world, unrestorable)
     observations, trips, incident = _observations(status, world, current)
     decision = decide(
         world.spec.recovery, observations, world.ledger, now=world.now, lr_scale=status.lr_scale
@@ -416,6 +425,63 @@ def _crash_looped(
         reason=Reason.CRASH_LOOP,
         message=loop.message[:1024],
         backoff_seconds=loop.backoff_seconds,
+    )
+
+
+def _restore_failures(status: StableTrainingJobStatus, current: Sequence[PodFacts]) -> list[str]:
+    """Messages of this attempt's pods that could not restore the planned step."""
+    plan = status.plan
+    if plan is None or plan.target_step is None or plan.next_attempt != status.attempt:
+        return []
+    return [
+        f"pod {p.name}: {p.message}"
+        for p in current
+        if p.restore_failure == (plan.target_step, status.attempt)
+    ]
+
+
+def _replan(status: StableTrainingJobStatus, world: World, evidence: Sequence[str]) -> Step:
+    """The relaunch could not restore its target: plan the same action again without it.
+
+    Same rule, bound, onset, LR and skip list, no budget counted: the decision stands, only
+    the checkpoint was wrong. A rollback's bound still holds, so the next choice is an
+    older checkpoint inside it (or the rule's no-checkpoint decision), never a newer one.
+    """
+    plan = status.plan
+    assert plan is not None
+    assert plan.target_step is not None
+    excluded = (*plan.excluded_steps, plan.target_step)
+    message = (
+        f"attempt {status.attempt} could not restore step {plan.target_step}; planning the "
+        f"same {plan.action} again without it ({'; '.join(evidence)})"
+    )[:1024]
+    if len(excluded) > EXCLUDED_MAX:
+        return _failed(status, world, Reason.NO_CHECKPOINT, message)
+    again = plan.model_copy(
+        update={
+            "started_at": world.now,
+            "from_attempt": status.attempt,
+            "next_attempt": status.attempt + 1,
+            "target_step": None,
+            "checkpoint_choice": "",
+            "directives_generation": None,
+            "excluded_steps": excluded,
+        }
+    )
+    stopping = status.model_copy(update={"phase": Phase.STOPPING, "plan": again})
+    stopping = _cond(
+        stopping,
+        world,
+        ConditionType.READY,
+        ok=False,
+        reason=Reason.RESTORE_FAILED,
+        message=f"stopping every pod of attempt {status.attempt}: restore failed",
+    )
+    return Step(
+        stopping,
+        world.ledger,
+        delete_pods=tuple(sorted(p.name for p in world.pods)),
+        events=(Event("Warning", Reason.RESTORE_FAILED, message),),
     )
 
 
@@ -800,12 +866,21 @@ def _planning(status: StableTrainingJobStatus, world: World) -> Step:
     nodes = [n for n in world.previous_nodes if n] or sorted(
         {copy.node for record in status.checkpoints for copy in record.local}
     )
-    choice = choose_checkpoint(status.checkpoints, step_bound(plan, world.spec), nodes)
+    choice = choose_checkpoint(
+        status.checkpoints,
+        step_bound(plan, world.spec),
+        nodes,
+        selection=world.spec.checkpoints.selection,
+        onset=plan.onset_step if plan.action is Action.ROLLBACK else None,
+        when_none=no_checkpoint_decision(plan, world.spec),
+        excluded=plan.excluded_steps,
+    )
     if not choice.usable:
         return _failed(status, world, Reason.NO_CHECKPOINT, choice.reason)
     planned = plan.model_copy(
         update={
             "target_step": choice.step,
+            "checkpoint_choice": choice.reason[:CHOICE_MAX],
             "lr_scale": plan.lr_scale if plan.lr_scale is not None else status.lr_scale,
             "directives_generation": status.directives_generation + 1,
         }
@@ -813,7 +888,8 @@ def _planning(status: StableTrainingJobStatus, world: World) -> Step:
     skipped = ", ".join(f"[{r.first}, {r.last}] {r.unit}" for r in planned.added_skip) or "none"
     message = (
         f"attempt {planned.next_attempt} resumes from "
-        f"{'scratch' if choice.step is None else f'step {choice.step}'} ({choice.reason}); "
+        f"{f'step {choice.step}' if choice.step else 'step 0 (nothing restored)'} "
+        f"({choice.reason}); "
         f"LR scale {planned.lr_scale:g}, re-warm-up {planned.rewarmup_steps} steps, "
         f"skip {skipped}"
     )
@@ -858,13 +934,20 @@ def _relaunching(status: StableTrainingJobStatus, world: World) -> Step:
         onset_step=plan.onset_step,
         from_step=plan.from_step,
         to_step=plan.target_step,
+        checkpoint_choice=plan.checkpoint_choice,
         lr_scale=lr_scale,
         skipped=plan.added_skip,
         attempt=plan.next_attempt,
         suspects=plan.suspects,
     )
     history = status.rollback_history
-    if plan.rule != RESUME_RULE:
+    if plan.rule == RESUME_RULE:
+        pass
+    elif plan.excluded_steps and history:
+        # A re-plan after RestoreFailed: the same action, whose first relaunch restored
+        # nothing; its entry now names the step this attempt restores.
+        history = (*history[:-1], entry.model_copy(update={"time": history[-1].time}))
+    else:
         history = (*history, entry)[-HISTORY_MAX:]
     relaunched = status.model_copy(
         update={
@@ -880,6 +963,9 @@ def _relaunching(status: StableTrainingJobStatus, world: World) -> Step:
             "rollback_history": history,
             "step": plan.target_step,
             "attempt_progressed": False,
+            "checkpoints": without_abandoned(
+                status.checkpoints, plan.target_step or 0, plan.next_attempt
+            ),
         }
     )
     message = (

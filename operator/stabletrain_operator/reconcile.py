@@ -116,11 +116,16 @@ def _remember_nodes(memory: JobMemory, facts: Iterable[PodFacts], attempt: int) 
 
 
 async def _scrape(
-    facts: list[PodFacts], status: StableTrainingJobStatus, memory: JobMemory
+    facts: list[PodFacts],
+    status: StableTrainingJobStatus,
+    memory: JobMemory,
+    *,
+    final: bool = False,
 ) -> tuple[ScrapeResult, ...]:
+    """This tick's scrapes, at most one round per interval; `final` ignores the interval."""
     if status.phase not in SCRAPED_PHASES:
         return ()
-    if time.monotonic() - memory.last_scrape < SCRAPE_INTERVAL_SECONDS:
+    if not final and time.monotonic() - memory.last_scrape < SCRAPE_INTERVAL_SECONDS:
         return ()
     memory.last_scrape = time.monotonic()
     targets = [
@@ -158,6 +163,15 @@ def _progress(
     running = {p.name for p in facts if p.attempt == attempt and p.state is PodState.RUNNING}
     memory.beats = {name: beat for name, beat in memory.beats.items() if name in running}
     return tuple(memory.beats.values())
+
+
+def _stops_now(status: StableTrainingJobStatus, step: Step) -> bool:
+    """This tick decided an action that stops the pods (they are still there)."""
+    return (
+        status.phase in SCRAPED_PHASES
+        and step.status.phase is Phase.STOPPING
+        and step.status.plan is not None
+    )
 
 
 def _skip_ranges(kube: Kube, key: JobKey, status: StableTrainingJobStatus) -> tuple[SkipRange, ...]:
@@ -345,6 +359,12 @@ async def tick(kube: Kube, key: JobKey, indexed: Iterable[PodFacts], memory: Job
         progress=progress,
     )
     step = advance(status, world)
+    if _stops_now(status, step) and not scrapes:
+        # The decision came from the pod watch: before the pods go, one last scrape of those
+        # still running, so the plan sees a save that committed after the previous scrape.
+        final = await _scrape(facts, status, memory, final=True)
+        if final:
+            step = advance(status, dataclasses.replace(world, scrapes=final))
     if step.launch is not None:
         await asyncio.to_thread(launch, kube, ref, spec, step.launch)
     if step.status != status:

@@ -95,7 +95,11 @@ class Reason(StrEnum):
     ALERTED = "Alerted"
     ESCALATED = "Escalated"
     NO_CHECKPOINT = "NoUsableCheckpoint"
-    """No stable checkpoint complete on both tiers precedes the onset."""
+    """No usable checkpoint precedes the bound: those there cannot be trusted, the rule's
+    noCheckpointFarEnough is Fail, or the pods could not restore any of them."""
+    RESTORE_FAILED = "RestoreFailed"
+    """The relaunched pods could not restore the planned step; the same action is planned
+    again without it (never a checkpoint newer than a rollback's bound)."""
     ROLLBACK_BUDGET_EXHAUSTED = "RollbackBudgetExhausted"
     RESTART_BUDGET_EXHAUSTED = "RestartBudgetExhausted"
     FAILED_BY_POLICY = "FailedByPolicy"

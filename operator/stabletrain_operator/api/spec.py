@@ -169,11 +169,26 @@ class PfsTierSpec(ApiModel):
     rollback target survives a new save."""
 
 
+class CheckpointSelection(StrEnum):
+    """Which copies a checkpoint needs to be a resume target."""
+
+    BOTH_TIERS = "BothTiers"
+    """Complete and verified on the PFS and on the local tier of every node the relaunch
+    prefers (the nodes of the last attempt): the nearest such checkpoint is chosen even
+    when a newer one is on the PFS only, and the Planned Event says how many steps that
+    costs. Only when none is on both tiers (a node was replaced) is a PFS-only one taken."""
+    PFS_VERIFIED = "PfsVerified"
+    """Complete and verified on the PFS; nodes without a local copy re-seed it from the PFS
+    at start. For clusters where nodes are often replaced."""
+
+
 class CheckpointsSpec(ApiModel):
     """Where and how often to save; what is kept."""
 
     local: LocalTierSpec
     pfs: PfsTierSpec
+    selection: CheckpointSelection = CheckpointSelection.BOTH_TIERS
+    """Which copies a resume target needs: BothTiers (default) or PfsVerified."""
     interval_steps: int = Field(default=DEFAULT_CHECKPOINT_INTERVAL_STEPS, ge=1, le=10_000_000)
     """Save every N optimizer steps to the local tier (the training loop asks
     `guard.is_save_step()`); the copy to the PFS is asynchronous."""
@@ -181,6 +196,18 @@ class CheckpointsSpec(ApiModel):
     """Checkpoints from inside a spike kept as evidence (never resumed from), per tier: the
     earliest of the newest anomaly, where the spike began; the agent does not write more.
     At most 3 because each costs as much storage as a real checkpoint."""
+
+
+class NoCheckpointDecision(StrEnum):
+    """What a Rollback does when no checkpoint lies `minStepsBeforeOnset` before the onset."""
+
+    NARROW_MARGIN = "NarrowMargin"
+    """Resume from the newest stable checkpoint before the onset, with a narrower margin
+    (the margin used is recorded); from step 0 when there is none."""
+    FROM_SCRATCH = "FromScratch"
+    """Restart from step 0 with nothing restored; skip list, LR scale and re-warm-up apply."""
+    FAIL = "Fail"
+    """Fail the job with NoUsableCheckpoint."""
 
 
 class RollbackParams(ApiModel):
@@ -200,6 +227,9 @@ class RollbackParams(ApiModel):
     200-500 batches PaLM skipped."""
     rewarmup_steps: int = Field(default=100, ge=0, le=1_000_000)
     """After resuming, the LR ramps linearly from 0 to the new scale over this many steps."""
+    no_checkpoint_far_enough: NoCheckpointDecision = NoCheckpointDecision.NARROW_MARGIN
+    """When no checkpoint lies far enough back: NarrowMargin (default), FromScratch or Fail.
+    The pods never restore a step at or after the onset."""
 
 
 class ReduceLRParams(ApiModel):

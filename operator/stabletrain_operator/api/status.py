@@ -24,6 +24,9 @@ HISTORY_MAX = 20
 SKIP_RANGES_INLINE_MAX = 64
 """Skip ranges kept inline; beyond this the full list moves to a ConfigMap."""
 INVENTORY_MAX = 64
+CHOICE_MAX = 1024
+EXCLUDED_MAX = 16
+"""Re-plans of one action after restore failures; more fails the job (NoUsableCheckpoint)."""
 SKIP_RANGES_CONFIG_MAP_KEY = "skipRanges.json"
 """Key of the spilled skip list in the ConfigMap named by skipRangesConfigMap."""
 SUSPECTS_MAX = 8
@@ -134,7 +137,10 @@ class RollbackRecord(ApiModel):
     from_step: int = Field(ge=0)
     """Step the run had reached when it stopped."""
     to_step: int | None = Field(default=None, ge=0)
-    """Checkpoint step it resumed from; null when it started from scratch."""
+    """Checkpoint step the pods restored; 0 when they started from scratch (nothing
+    restored)."""
+    checkpoint_choice: str = Field(default="", max_length=CHOICE_MAX)
+    """Why that step: the selection's verdict, a narrowed margin, a start from scratch."""
     lr_scale: float = Field(gt=0.0, le=1.0)
     """LR scale after the action."""
     skipped: tuple[SkipRange, ...] = Field(default=(), max_length=8)
@@ -170,7 +176,11 @@ class Plan(ApiModel):
     next_attempt: int = Field(ge=0)
     """Attempt the relaunch creates; written before any pod of it exists."""
     target_step: int | None = Field(default=None, ge=0)
-    """Chosen checkpoint; null until Planning has chosen it (or to start from scratch)."""
+    """Chosen checkpoint, restored exactly; 0 starts from scratch; null until Planning."""
+    checkpoint_choice: str = Field(default="", max_length=CHOICE_MAX)
+    """Why Planning chose `targetStep` (also the Planned Event's message)."""
+    excluded_steps: tuple[int, ...] = Field(default=(), max_length=EXCLUDED_MAX)
+    """Steps the pods of an earlier try of this plan could not restore (RestoreFailed)."""
     lr_scale: float | None = Field(default=None, gt=0.0, le=1.0)
     """LR scale of the next attempt; null until Planning computed it."""
     rewarmup_steps: int = Field(default=0, ge=0)

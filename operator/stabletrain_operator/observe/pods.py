@@ -16,6 +16,7 @@ from enum import StrEnum
 from typing import Any
 
 from stabletrain_agent.contract.base import ContractError
+from stabletrain_agent.contract.restore import parse_restore_failure
 from stabletrain_agent.contract.trip import TripReport, parse_termination_message
 from stabletrain_operator import naming
 
@@ -56,6 +57,8 @@ class PodFacts:
     """Set when the termination message looked like a report but did not parse."""
     finished_at: datetime | None = None
     """When its container ended (the kubelet's finishedAt, whole seconds)."""
+    restore_failure: tuple[int, int] | None = None
+    """(step, attempt) when the pod could not restore the step its directives named."""
 
     @property
     def finished(self) -> bool:
@@ -140,6 +143,7 @@ def pod_facts(pod: Json) -> PodFacts | None:
         trip=trip,
         trip_error=trip_error,
         finished_at=_time((terminated or {}).get("finishedAt")),
+        restore_failure=parse_restore_failure(str(message)) if terminated else None,
     )
 
 

@@ -4,30 +4,44 @@ The bound comes from the plan: a rollback's rule puts it before the onset (furth
 escalation level), a manual request names it, a restart takes the newest checkpoint. It is
 recomputed here from the persisted plan with the policy's own arithmetic, so an operator
 restarted between the decision and the choice reaches the same bound.
+
+The step chosen is the step the pods restore, exactly (0: nothing is restored): the agent
+never falls back to another one. When nothing lies far enough back, the rule's
+`noCheckpointFarEnough` decides, and a rollback never resumes at or after its onset.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from stabletrain_agent.checkpoint.selection import NoCheckpointError, select_checkpoint
 from stabletrain_agent.contract.inventory import CheckpointRecord
 from stabletrain_agent.contract.names import Action
-from stabletrain_operator.api.spec import StableTrainingJobSpec
+from stabletrain_operator.api.spec import (
+    CheckpointSelection,
+    NoCheckpointDecision,
+    RecoveryRule,
+    StableTrainingJobSpec,
+)
 from stabletrain_operator.api.status import Plan
 from stabletrain_operator.policy.arithmetic import target_bound
 
 
 @dataclass(frozen=True)
 class Choice:
-    """Where the next attempt starts: a checkpoint step, or None for a fresh start."""
+    """Where the next attempt starts: a checkpoint step, or 0 for a start from scratch."""
 
-    step: int | None
+    step: int
     reason: str
     usable: bool = True
-    """False when checkpoints exist before the bound but none can be trusted: resuming
-    from scratch would silently throw away a run that a person may still rescue."""
+    """False when the job must fail with NoUsableCheckpoint: checkpoints exist before the
+    bound but none can be trusted (a person may still rescue the run), or the rule says
+    Fail when none is far enough back."""
+
+
+def _rule(plan: Plan, spec: StableTrainingJobSpec) -> RecoveryRule | None:
+    return next((r for r in spec.recovery.rules if r.name == plan.rule), None)
 
 
 def step_bound(plan: Plan, spec: StableTrainingJobSpec) -> int | None:
@@ -39,23 +53,75 @@ def step_bound(plan: Plan, spec: StableTrainingJobSpec) -> int | None:
         if manual is not None and manual.request_id == plan.request_id:
             return manual.to_step
         return None
-    rule = next((r for r in spec.recovery.rules if r.name == plan.rule), None)
+    rule = _rule(plan, spec)
     if rule is None or plan.onset_step is None:
         return plan.onset_step
     return target_bound(plan.onset_step, rule.rollback_params(), plan.recurrence)
 
 
+def no_checkpoint_decision(plan: Plan, spec: StableTrainingJobSpec) -> NoCheckpointDecision:
+    """The rule's choice when nothing lies far enough back; a manual request or a restart
+    without any checkpoint starts from step 0."""
+    rule = _rule(plan, spec)
+    if plan.action is Action.ROLLBACK and rule is not None and plan.onset_step is not None:
+        return rule.rollback_params().no_checkpoint_far_enough
+    return NoCheckpointDecision.FROM_SCRATCH
+
+
 def choose_checkpoint(
-    records: Sequence[CheckpointRecord], bound: int | None, nodes: Sequence[str]
+    records: Sequence[CheckpointRecord],
+    bound: int | None,
+    nodes: Sequence[str],
+    *,
+    selection: CheckpointSelection = CheckpointSelection.BOTH_TIERS,
+    onset: int | None = None,
+    when_none: NoCheckpointDecision = NoCheckpointDecision.FROM_SCRATCH,
+    excluded: Collection[int] = (),
 ) -> Choice:
-    """The selection function's answer, or a fresh start when nothing precedes the bound."""
-    limit = bound if bound is not None else max((r.step for r in records), default=0)
+    """The selection function's answer, else the explicit no-checkpoint decision.
+
+    `excluded` are steps the pods of an earlier try of this plan could not restore.
+    """
+    pool = [r for r in records if r.step not in excluded]
+    limit = bound if bound is not None else max((r.step for r in pool), default=0)
+    if onset is not None:
+        limit = min(limit, onset - 1)
+    both = selection is CheckpointSelection.BOTH_TIERS
+    names = list(nodes) or ["unknown"]
+    tried = f" (steps {', '.join(map(str, sorted(excluded)))} could not be restored)"
+    failed = tried if excluded else ""
     try:
-        selected = select_checkpoint(
-            records, onset_step=limit, margin=0, nodes=list(nodes) or ["unknown"]
-        )
+        selected = select_checkpoint(pool, onset_step=limit, margin=0, nodes=names, both_tiers=both)
     except NoCheckpointError as error:
-        if any(r.step <= limit for r in records):
-            return Choice(None, str(error), usable=False)
-        return Choice(None, f"no checkpoint at or before step {limit}: starting from scratch")
-    return Choice(selected.step, selected.reason)
+        if any(r.step <= limit for r in pool):
+            return Choice(0, f"{error}{failed}", usable=False)
+        nothing = f"no checkpoint at or before step {limit}{failed}"
+    else:
+        return Choice(selected.step, f"{selected.reason}{failed}")
+    if onset is None or when_none is NoCheckpointDecision.FROM_SCRATCH:
+        return Choice(0, f"{nothing}: starting from step 0, nothing restored")
+    if when_none is NoCheckpointDecision.FAIL:
+        return Choice(0, f"{nothing}, and the rule says Fail", usable=False)
+    return _narrowed(pool, onset, names, both=both, nothing=nothing)
+
+
+def _narrowed(
+    pool: Sequence[CheckpointRecord],
+    onset: int,
+    nodes: Sequence[str],
+    *,
+    both: bool,
+    nothing: str,
+) -> Choice:
+    """NarrowMargin: the newest stable checkpoint before the onset, whatever the margin."""
+    try:
+        closer = select_checkpoint(
+            pool, onset_step=onset - 1, margin=0, nodes=nodes, both_tiers=both
+        )
+    except NoCheckpointError:
+        return Choice(0, f"{nothing} nor before onset {onset}: starting from step 0")
+    return Choice(
+        closer.step,
+        f"{nothing}: margin narrowed to {onset - closer.step} steps before onset {onset} "
+        f"({closer.reason})",
+    )

@@ -1,18 +1,25 @@
 """One checkpoint inventory from every source the operator has: the last scrapes of each
 pod's status endpoint and the compact inventories in trip reports.
 
-The trip report is the fresher source (the agent flushes PFS replication before it writes
-it), the scrape the richer one (times, every node); merging keeps, per checkpoint, the union
-of local copies and the best PFS verdict, as the agent's own merge does.
+The inventory is what exists now, not everything ever seen: retention deletes checkpoints
+and a rollback abandons the ones after its target, and a plan made from a record of a
+deleted or abandoned checkpoint sends the pods after a step they cannot restore. So a fresh
+report replaces what was known about its node's local tier and about the PFS (every agent
+scans the whole PFS); what was known only from other nodes' local tiers stays until those
+nodes report. An agent that has not exported a scan yet (no PFS condition reported, e.g.
+just started) only adds. A trip report is fresh (the agent flushes replication and scans
+before it writes it), but may omit its oldest entries to fit 4 KiB: below its oldest listed
+step it replaces nothing; an empty one (a guard without a checkpoint manager) only adds.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 from stabletrain_agent.checkpoint.inventory import merge_records
 from stabletrain_agent.contract.channel import AgentStatus
-from stabletrain_agent.contract.inventory import CheckpointRecord, expand_entry
+from stabletrain_agent.contract.inventory import CheckpointRecord, TierCopy, expand_entry
 from stabletrain_agent.contract.trip import TripReport
 from stabletrain_operator.api.status import INVENTORY_MAX
 
@@ -22,13 +29,58 @@ def trip_inventory(report: TripReport) -> list[CheckpointRecord]:
     return [expand_entry(entry, report.node, report.tripped_at) for entry in report.inventory]
 
 
+@dataclass(frozen=True)
+class _Report:
+    node: str
+    records: list[CheckpointRecord]
+    replaces_from: int | None
+    """Known records at or after this step are replaced by this report; None: it only adds."""
+
+
+def _status_report(status: AgentStatus) -> _Report:
+    scanned = status.pfs_available is not None
+    return _Report(status.node, list(status.inventory), 0 if scanned else None)
+
+
+def _trip_report(trip: TripReport) -> _Report:
+    records = trip_inventory(trip)
+    if not records:  # a guard without a checkpoint manager reports none: no scan to trust
+        return _Report(trip.node, records, None)
+    oldest = min(r.step for r in records) if trip.inventory_omitted else 0
+    return _Report(trip.node, records, oldest)
+
+
+def _what_stays(record: CheckpointRecord, reports: Sequence[_Report]) -> CheckpointRecord | None:
+    """The part of a known record no fresh report speaks for (None: nothing stays)."""
+    replacing = [
+        r for r in reports if r.replaces_from is not None and record.step >= r.replaces_from
+    ]
+    if not replacing:
+        return record
+    nodes = {r.node for r in replacing}
+    local = tuple(copy for copy in record.local if copy.node not in nodes)
+    if not local:
+        return None
+    return record.model_copy(update={"local": local, "pfs": TierCopy()})
+
+
 def merged_inventory(
     known: Sequence[CheckpointRecord],
     statuses: Iterable[AgentStatus] = (),
     trips: Iterable[TripReport] = (),
 ) -> tuple[CheckpointRecord, ...]:
-    """Everything known, oldest first, capped to the newest INVENTORY_MAX for status."""
-    reports: list[Sequence[CheckpointRecord]] = [list(known)]
-    reports += [list(status.inventory) for status in statuses]
-    reports += [trip_inventory(trip) for trip in trips]
-    return tuple(merge_records(reports)[-INVENTORY_MAX:])
+    """What exists now, oldest first, capped to the newest INVENTORY_MAX for status."""
+    reports = [_status_report(s) for s in statuses] + [_trip_report(t) for t in trips]
+    if not reports:
+        return tuple(known)
+    kept = [stays for record in known if (stays := _what_stays(record, reports)) is not None]
+    merged = merge_records([kept, *(report.records for report in reports)])
+    return tuple(merged[-INVENTORY_MAX:])
+
+
+def without_abandoned(
+    records: Sequence[CheckpointRecord], resume_step: int, attempt: int
+) -> tuple[CheckpointRecord, ...]:
+    """The agents' fence rule: once `attempt` resumes from `resume_step`, the checkpoints
+    older attempts saved after that step lie on an abandoned trajectory and are dropped."""
+    return tuple(r for r in records if r.attempt >= attempt or r.step <= resume_step)

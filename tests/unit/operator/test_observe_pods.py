@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from operator_builders import record, trip
 
+from stabletrain_agent.contract.restore import render_restore_failure
 from stabletrain_agent.contract.trip import render_termination_message
 from stabletrain_operator.observe.pods import PodState, failure_evidence, pod_facts
 
@@ -30,6 +31,18 @@ def test_trip_report_is_read_from_the_termination_message() -> None:
     assert facts is not None
     assert (facts.attempt, facts.rank, facts.state, facts.node) == (2, 1, PodState.FAILED, "node-b")
     assert facts.trip == report
+
+
+def test_restore_failure_is_read_from_the_termination_message() -> None:
+    message = render_restore_failure(50, 2, "no restorable checkpoint of step 50")
+    facts = pod_facts(_pod("Failed", {"exitCode": 1, "reason": "Error", "message": message}))
+    assert facts is not None
+    assert facts.restore_failure == (50, 2)
+    assert facts.trip is None
+    assert "RestoreFailed: step 50 of attempt 2" in failure_evidence(facts)
+    other = pod_facts(_pod("Failed", {"exitCode": 1, "message": "RestoreFailed? no"}))
+    assert other is not None
+    assert other.restore_failure is None
 
 
 def test_garbage_termination_message_is_kept_and_logged(caplog: pytest.LogCaptureFixture) -> None:

@@ -10,6 +10,12 @@ them newest first, the first one complete and verified on the PFS is chosen:
    node lost later would leave no way to restore it;
 4. no candidate on the PFS: fail with the reason, listing what was rejected and why.
 
+With `both_tiers` (the job's `checkpoints.selection: BothTiers`) step 2 is passed over too:
+the first candidate also verified on every node's local tier wins, and the reason says how
+many more steps it costs than the newest PFS-only one.  Only when no candidate is on both
+tiers (a node was replaced and its tier is empty) is the newest PFS-verified one taken,
+and the reason says that too.
+
 A copy on local tiers only is never chosen: it does not survive the loss of its node.
 """
 
@@ -32,6 +38,8 @@ class Selection:
     attempt: int
     source: Literal["local", "pfs"]
     reason: str
+    newer_pfs_only: int | None = None
+    """The newest candidate passed over because it was on the PFS only (both_tiers)."""
 
 
 def _rejection(record: CheckpointRecord, limit: int) -> str | None:
@@ -46,12 +54,21 @@ def _rejection(record: CheckpointRecord, limit: int) -> str | None:
     return None
 
 
+def _missing_locally(record: CheckpointRecord, nodes: Sequence[str]) -> list[str]:
+    return [
+        node
+        for node in nodes
+        if not ((copy := record.local_copy(node)) and copy.complete and copy.verified)
+    ]
+
+
 def select_checkpoint(
     records: Sequence[CheckpointRecord],
     *,
     onset_step: int,
     margin: int,
     nodes: Sequence[str],
+    both_tiers: bool = False,
 ) -> Selection:
     """The checkpoint to resume from for a spike that began at `onset_step`."""
     if margin < 0:
@@ -61,35 +78,58 @@ def select_checkpoint(
     limit = onset_step - margin
     ordered = sorted(records, key=lambda r: (r.step, r.attempt), reverse=True)
     passed_over: list[str] = []
+    pfs_only: list[tuple[CheckpointRecord, list[str]]] = []
     for record in ordered:
         problem = _rejection(record, limit)
         if problem is not None:
             if problem != "after the limit":
                 passed_over.append(f"step {record.step} ({problem})")
             continue
-        missing = [
-            node
-            for node in nodes
-            if not ((copy := record.local_copy(node)) and copy.complete and copy.verified)
-        ]
+        missing = _missing_locally(record, nodes)
         skipped = f"; passed over {', '.join(passed_over)}" if passed_over else ""
         if not missing:
+            newer = pfs_only[0][0].step if pfs_only else None
+            cost = (
+                f"; BothTiers: {newer - record.step} more steps than step {newer}, which "
+                f"is on the PFS only (not on the local tier of "
+                f"{', '.join(pfs_only[0][1])})"
+                if newer is not None
+                else ""
+            )
             return Selection(
                 record.step,
                 record.attempt,
                 "local",
                 f"step {record.step} is verified on the PFS and on every node's local tier"
-                f"{skipped}",
+                f"{cost}{skipped}",
+                newer,
             )
+        if both_tiers:
+            pfs_only.append((record, missing))
+            continue
+        return _from_pfs(record, missing, skipped)
+    if pfs_only:
+        record, missing = pfs_only[0]
+        fallback = _from_pfs(record, missing, "")
         return Selection(
-            record.step,
-            record.attempt,
+            fallback.step,
+            fallback.attempt,
             "pfs",
-            f"step {record.step} is verified on the PFS; nodes {', '.join(missing)} re-seed "
-            f"their local tier from it{skipped}",
+            f"BothTiers: no checkpoint at or before step {limit} is on every node's local "
+            f"tier; {fallback.reason}",
         )
     considered = f": rejected {', '.join(passed_over)}" if passed_over else ""
     raise NoCheckpointError(
         f"no stable checkpoint at or before step {limit} (onset {onset_step} - margin {margin}) "
         f"is verified on the PFS{considered}"
+    )
+
+
+def _from_pfs(record: CheckpointRecord, missing: Sequence[str], skipped: str) -> Selection:
+    return Selection(
+        record.step,
+        record.attempt,
+        "pfs",
+        f"step {record.step} is verified on the PFS; nodes {', '.join(missing)} re-seed "
+        f"their local tier from it{skipped}",
     )
