@@ -79,6 +79,10 @@ class PfsState(Protocol):
     message: str
 
 
+INVENTORY_RESCAN_SECONDS = 1.0
+"""How often the inventory is re-scanned while a local checkpoint waits for the PFS."""
+
+
 class Checkpoints(Protocol):
     """What the guard needs from the checkpoint manager (checkpoint.CheckpointManager)."""
 
@@ -161,6 +165,7 @@ class Guard:
         flush. Settable after construction: the manager usually checkpoints the guard
         itself, so it is built after it."""
         self._exported_version: int | None = None
+        self._rescan_at: float | None = None
         self._inventory_export: threading.Thread | None = None
         self._group = process_group
         distributed = dist.is_available() and dist.is_initialized()
@@ -337,12 +342,20 @@ class Guard:
         the PFS condition changed, and in a background thread: the scan verifies parts other
         nodes wrote to the PFS, which would stall the step.  At most one scan runs at a time;
         a change during it is picked up by the next step.
+
+        Other nodes' parts reaching the PFS move no version here, so while a checkpoint this
+        node holds is not complete on the PFS yet, the scan is repeated every
+        INVENTORY_RESCAN_SECONDS: the scrape then lists it complete soon after the slowest
+        node's copy lands, not only at this node's next save.
         """
         if self.checkpoints is None:
             return
         version = self.checkpoints.inventory_version
         running = self._inventory_export
-        if version == self._exported_version or (running is not None and running.is_alive()):
+        if running is not None and running.is_alive():
+            return
+        rescan = self._rescan_at is not None and time.monotonic() >= self._rescan_at
+        if version == self._exported_version and not rescan:
             return
         self._exported_version = version
         self._inventory_export = threading.Thread(
@@ -363,6 +376,8 @@ class Guard:
         condition = checkpoints.pfs_condition
         exporter.set_inventory(records)
         exporter.set_pfs(condition.available, condition.message)
+        waiting = any(r.local and not r.pfs.complete for r in records)
+        self._rescan_at = time.monotonic() + INVENTORY_RESCAN_SECONDS if waiting else None
 
     def state_dict(self) -> dict[str, Any]:
         """Everything to resume exactly: step, monitor baselines, data cursor, LR state.
