@@ -79,7 +79,7 @@ class PfsState(Protocol):
     message: str
 
 
-INVENTORY_RESCAN_SECONDS = 1.0
+INVENTORY_RESCAN_SECONDS = 0.25
 """How often the inventory is re-scanned while a local checkpoint waits for the PFS."""
 
 

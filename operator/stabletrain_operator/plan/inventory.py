@@ -4,9 +4,9 @@ pod's status endpoint and the compact inventories in trip reports.
 The inventory is what exists now, not everything ever seen: retention deletes checkpoints
 and a rollback abandons the ones after its target, and a plan made from a record of a
 deleted or abandoned checkpoint sends the pods after a step they cannot restore. So a fresh
-report replaces what was known about its node's local tier and about the PFS (every agent
-scans the whole PFS); what was known only from other nodes' local tiers stays until those
-nodes report. An agent that has not exported a scan yet (no PFS condition reported, e.g.
+report replaces what was known about its node's local tier, and a checkpoint no fresh
+report lists any more is gone from the PFS too (every agent scans the whole PFS); what was
+known only from other nodes' local tiers stays until those nodes report. An agent that has not exported a scan yet (no PFS condition reported, e.g.
 just started) only adds. A trip report is fresh (the agent flushes replication and scans
 before it writes it), but may omit its oldest entries to fit 4 KiB: below its oldest listed
 step it replaces nothing; an empty one (a guard without a checkpoint manager) only adds.
@@ -59,9 +59,13 @@ def _what_stays(record: CheckpointRecord, reports: Sequence[_Report]) -> Checkpo
         return record
     nodes = {r.node for r in replacing}
     local = tuple(copy for copy in record.local if copy.node not in nodes)
-    if not local:
+    key = (record.step, record.attempt)
+    listed = any(key in {(x.step, x.attempt) for x in r.records} for r in replacing)
+    if not local and not listed:
         return None
-    return record.model_copy(update={"local": local, "pfs": TierCopy()})
+    # Still there: a complete PFS copy stays complete (parts only arrive until retention
+    # deletes the checkpoint), even if this scan ran before another node's part landed.
+    return record.model_copy(update={"local": local, "pfs": record.pfs if listed else TierCopy()})
 
 
 def merged_inventory(

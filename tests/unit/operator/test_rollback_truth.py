@@ -190,6 +190,17 @@ def test_a_fresh_scan_of_one_node_keeps_the_other_nodes_local_copies_only() -> N
     assert kept.pfs == TierCopy(), "node-a's scan saw the whole PFS without step 50"
 
 
+def test_a_complete_pfs_copy_stays_complete_while_a_later_scan_still_lists_it() -> None:
+    """node-a scanned before node-b's part of step 50 landed; node-b saw it complete."""
+    complete = (record(50),)
+    incomplete = (record(50, pfs=False),)
+    seen = merged_inventory((), [scanned(1, complete)])  # type: ignore[list-item]
+    later = merged_inventory(seen, [scanned(0, incomplete)])  # type: ignore[list-item]
+    (kept,) = later
+    assert kept.pfs.verified
+    assert [c.node for c in kept.local] == list(NODES)
+
+
 def test_an_agent_that_has_not_scanned_yet_only_adds() -> None:
     known = (record(50),)
     started = agent(0, attempt=1, records=()).status
