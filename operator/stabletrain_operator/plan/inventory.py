@@ -6,10 +6,11 @@ and a rollback abandons the ones after its target, and a plan made from a record
 deleted or abandoned checkpoint sends the pods after a step they cannot restore. So a fresh
 report replaces what was known about its node's local tier, and a checkpoint no fresh
 report lists any more is gone from the PFS too (every agent scans the whole PFS); what was
-known only from other nodes' local tiers stays until those nodes report. An agent that has not exported a scan yet (no PFS condition reported, e.g.
-just started) only adds. A trip report is fresh (the agent flushes replication and scans
-before it writes it), but may omit its oldest entries to fit 4 KiB: below its oldest listed
-step it replaces nothing; an empty one (a guard without a checkpoint manager) only adds.
+known only from other nodes' local tiers stays until those nodes report. An agent that has
+not exported a scan yet (no PFS condition reported, e.g. just started) only adds. A trip
+report is fresh (the agent flushes replication and scans before it writes it), but may omit
+its oldest entries to fit 4 KiB: below its oldest listed step it replaces nothing; an empty
+one (a guard without a checkpoint manager) only adds.
 """
 
 from __future__ import annotations
