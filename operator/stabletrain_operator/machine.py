@@ -863,7 +863,9 @@ def _planning(status: StableTrainingJobStatus, world: World) -> Step:
         backoff = timedelta(seconds=plan.backoff_seconds)
     if restarting and world.now - plan.started_at < backoff:
         return Step(status, world.ledger)
-    nodes = [n for n in world.previous_nodes if n] or sorted(
+    # BothTiers asks for a local copy on every node the relaunch prefers; a rank whose
+    # node is avoided lands on a node not known yet and re-seeds from the PFS.
+    nodes = [n for n in _preferred_nodes(status, world)[0] if n] or sorted(
         {copy.node for record in status.checkpoints for copy in record.local}
     )
     choice = choose_checkpoint(
@@ -975,12 +977,7 @@ def _relaunching(status: StableTrainingJobStatus, world: World) -> Step:
     relaunched = _cond(
         relaunched, world, ConditionType.READY, ok=False, reason=Reason.CREATED, message=message
     )
-    placement = world.spec.recovery.placement
-    avoid, required = avoided_nodes(status.suspect_nodes, placement)
-    previous = [n if n not in avoid else None for n in world.previous_nodes]
-    preferred = tuple(previous[: world.spec.workers.nodes]) + (None,) * max(
-        world.spec.workers.nodes - len(previous), 0
-    )
+    preferred, avoid, required = _preferred_nodes(status, world)
     if avoid:
         message += f"; avoiding suspect node(s) {', '.join(avoid)}"
     return Step(
@@ -990,6 +987,19 @@ def _relaunching(status: StableTrainingJobStatus, world: World) -> Step:
         events=(Event("Normal", "Relaunched", message),),
         recovered_after=world.now - plan.started_at,
     )
+
+
+def _preferred_nodes(
+    status: StableTrainingJobStatus, world: World
+) -> tuple[tuple[str | None, ...], tuple[str, ...], bool]:
+    """Per rank, the node the relaunch prefers (None: any but the avoided ones), the
+    avoided nodes, and whether avoiding them is required."""
+    avoid, required = avoided_nodes(status.suspect_nodes, world.spec.recovery.placement)
+    previous = [n if n not in avoid else None for n in world.previous_nodes]
+    preferred = tuple(previous[: world.spec.workers.nodes]) + (None,) * max(
+        world.spec.workers.nodes - len(previous), 0
+    )
+    return preferred, avoid, required
 
 
 # --- Suspended and terminal phases ----------------------------------------------------------

@@ -174,7 +174,7 @@ class CheckpointSelection(StrEnum):
 
     BOTH_TIERS = "BothTiers"
     """Complete and verified on the PFS and on the local tier of every node the relaunch
-    prefers (the nodes of the last attempt): the nearest such checkpoint is chosen even
+    prefers (the last attempt's nodes, less suspects it avoids): the nearest such one wins even
     when a newer one is on the PFS only, and the Planned Event says how many steps that
     costs. Only when none is on both tiers (a node was replaced) is a PFS-only one taken."""
     PFS_VERIFIED = "PfsVerified"
