@@ -45,7 +45,7 @@ def test_early_spike_resumes_before_the_onset_with_the_margin_it_used(
     pods restored step 100 anyway. After: the default NarrowMargin decision resumes from
     step 100, status and the Planned Event say so with the margin used (29 steps), and the
     pods restore exactly that step."""
-    env = {"TINYGPT_STEPS": "200", "TINYGPT_CHECKPOINT_EVERY": "50"}
+    env = {"TINYGPT_STEPS": "200"}
     jobs.create(with_interval(job_manifest("early", env), 50))
     done = jobs.wait("early", finished, 420, "the job to heal")
     assert done["phase"] == "Succeeded", done.get("conditions")
@@ -87,8 +87,7 @@ def test_two_spikes_each_attempt_restores_the_step_status_records(
     (its inventory was a union of every scrape), planned one, the pods loaded another and
     failed, and a RestartFromLatest resumed next to the spike. After: each attempt's pods
     restore exactly the step status records, no restart, and the job completes."""
-    env = {"TINYGPT_STEPS": "280", "TINYGPT_POISON_SHARDS": "shard-0008,shard-0016",
-           "TINYGPT_KEEP": "3"}  # fmt: skip
+    env = {"TINYGPT_STEPS": "280", "TINYGPT_POISON_SHARDS": "shard-0008,shard-0016"}
     manifest = with_interval(job_manifest("twice", env, recovery={"rules": RULES}), 25, keep=3)
     jobs.create(manifest)
     done = jobs.wait("twice", finished, 600, "the job to heal twice")
