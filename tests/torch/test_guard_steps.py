@@ -394,3 +394,36 @@ def test_a_live_threshold_directive_changes_what_trips_from_the_next_step(
     assert generations == [1, 1, 2, 2, 2, 2, 2, 2]
     assert guard.skipped_steps == 1
     assert params_finite(model)
+
+
+def test_a_loss_spike_while_the_baseline_seeds_trips_instead_of_being_learned(
+    tiny_gpt: ModuleType, tmp_path: Path
+) -> None:
+    """The poisoned shard read just after the warm-up: before, its loss seeded the baseline."""
+    model = tiny_model(tiny_gpt)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    batches = token_batches()
+    seeding = BaselineConfig(warmup_steps=5, min_samples=20)
+    guard = Guard(
+        model,
+        optimizer,
+        data=batches,
+        directives=directives(baseline=seeding),
+        guard_env=GuardEnv(termination_path=tmp_path / "termination-log"),
+    )
+
+    def train_with_tripled_loss_from_step_9() -> None:
+        for step in range(1, 60):
+            batch = next(batches)
+            loss = model(batch[:, :-1], batch[:, 1:])
+            if step >= 9:
+                loss = loss * 3.0
+            loss.backward()
+            guard.step(loss)
+            optimizer.zero_grad()
+
+    with pytest.raises(TrainingTripped) as tripped:
+        train_with_tripled_loss_from_step_9()
+    report = tripped.value.report
+    assert (report.signal, report.step, report.onset_step) == (Signal.LOSS_SPIKE, 12, 9)
+    assert report.last_good_step == 8

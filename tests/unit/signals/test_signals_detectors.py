@@ -125,3 +125,41 @@ def test_state_dict_round_trip_continues_identically() -> None:
     second.load_state_dict(first.state_dict())
     for step, value in enumerate(values[100:], start=100):
         assert first.observe(step, value) == second.observe(step, value)
+
+
+def test_a_spike_while_the_baseline_seeds_is_judged_and_not_learned() -> None:
+    detector = _detector(warmup_steps=10, min_samples=20)
+    for step in range(10, 15):
+        assert not detector.observe(step, 2.0).anomalous
+    assert detector.observe(15, 2.0).judged, "judged against the seeds' median (2.0)"
+    readings = [detector.observe(step, 6.0) for step in range(15, 19)]
+    assert all(r.judged and r.anomalous for r in readings)
+    assert readings[-1].onset_step == 15
+    assert readings[2].sustained, "three steps at 3x the seeds' median are a sustained spike"
+    assert readings[0].baseline == 2.0
+    for step in range(19, 40):
+        detector.observe(step, 2.0)
+    assert detector.baseline == pytest.approx(2.0)
+
+
+def test_seeds_that_slipped_in_before_the_median_meant_anything_are_dropped() -> None:
+    detector = _detector(warmup_steps=0, min_samples=5)
+    # The first seeds are a spike: nothing to compare them with yet, so they are taken...
+    for step, value in enumerate([6.0, 6.0, 2.0, 2.0, 2.0]):
+        detector.observe(step, value)
+    # ...and the full baseline re-examines them against its median (2.0) and drops them.
+    assert detector.baseline is not None
+    assert detector.baseline < 2.5
+    detector.observe(5, 2.0)  # two seeds dropped: the baseline fills again
+    detector.observe(6, 2.0)
+    assert detector.baseline == pytest.approx(2.0)
+    assert detector.observe(7, 3.5).anomalous
+
+
+def test_seeding_state_survives_a_round_trip() -> None:
+    detector = _detector(warmup_steps=0, min_samples=10)
+    for step, value in enumerate([2.0, 2.1, 1.9, 2.0]):
+        detector.observe(step, value)
+    restored = _detector(warmup_steps=0, min_samples=10)
+    restored.load_state_dict(detector.state_dict())
+    assert restored.observe(4, 6.0).anomalous

@@ -393,3 +393,15 @@ def test_relative_jump_custom_signal_learns_its_own_healthy_baseline() -> None:
     assert {f.anomaly_class for f in findings} == {AnomalyClass.NUMERICAL}
     assert findings[0].threshold == pytest.approx(0.03, rel=0.05)  # 3x the learned 0.01
     assert not any(v.trip for v in jumped)  # nothing named in trip_on: report only
+
+
+def test_a_spike_right_after_the_warmup_trips_instead_of_becoming_the_baseline() -> None:
+    config = DetectionConfig()
+    warmup, seeds = config.baseline.warmup_steps, config.baseline.min_samples
+    losses = _noisy(4.0, warmup, seed=7) + _noisy(2.5, 3, seed=8) + [7.0] * 12
+    verdicts = _run(_default_monitor(), (_obs(s, v) for s, v in enumerate(losses)))
+    last = verdicts[-1]
+    assert last.trip, "a poisoned shard read while the baseline seeds must trip"
+    (tripping,) = last.tripping
+    assert tripping.signal == LOSS
+    assert tripping.onset_step == warmup + 3 < warmup + seeds

@@ -43,8 +43,11 @@ class BaselineConfig(ContractModel):
     window: int = Field(default=128, ge=8, le=100_000)
     """Healthy values kept for robust statistics (median/MAD z-score); OLMo-core uses 128."""
     min_samples: int = Field(default=20, ge=1, le=100_000)
-    """Healthy values needed (after warm-up, and again after every relaunch) before anything
-    is judged: a fresh process has no reference yet."""
+    """Healthy values after the warm-up that seed the baseline before its EMA is the
+    reference. While it fills, loss and grad-norm values are judged by the same spike rules
+    against the median of the healthy values so far (from the third on), so a spike then
+    is detected and never learned; once full, seeds the final median shows were outliers
+    are dropped and refilled."""
     warmup_steps: int = Field(default=100, ge=0)
     """Global steps at the start of training that are neither judged nor learned from: the
     loss falls steeply then and any baseline would be stale within steps."""

@@ -3,6 +3,12 @@
 Only values the caller accepted as healthy are ever added, so a spike cannot drag the
 baseline up after it and hide its own continuation (the failure mode of a plain moving
 average fed with everything).
+
+While the baseline fills (fewer than `min_samples` healthy values) there is no EMA worth
+comparing with, so the values accepted so far are also kept as seeds: a caller judges new
+values against their median, and once the baseline is full it can `settle` it, dropping
+seeds that the final median shows were outliers (those accepted before the median meant
+anything) and filling again without them.
 """
 
 from __future__ import annotations
@@ -10,10 +16,13 @@ from __future__ import annotations
 import math
 import statistics
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 _MAD_TO_SIGMA = 1.4826
 """Scales the median absolute deviation to a standard deviation for normal noise."""
+MIN_SEEDS_TO_JUDGE = 3
+"""Seeds needed before their median is a reference: one or two values have no middle."""
 
 
 class Baseline:
@@ -23,6 +32,7 @@ class Baseline:
         self._ema: float | None = None
         self._accepted = 0
         self._window: deque[float] = deque()
+        self._seeds: list[float] = []
         self.retune(ema_factor, window, min_samples)
 
     def retune(self, ema_factor: float, window: int, min_samples: int) -> None:
@@ -54,12 +64,46 @@ class Baseline:
         """Add one healthy value; non-finite values are refused loudly, never absorbed."""
         if not math.isfinite(value):
             raise ValueError(f"a baseline only takes finite values, got {value}")
+        if not self.ready:
+            self._seeds.append(value)
+        self._add(value)
+
+    def _add(self, value: float) -> None:
         if self._ema is None:
             self._ema = value
         else:
             self._ema += self._ema_factor * (value - self._ema)
         self._accepted += 1
         self._window.append(value)
+
+    def seed_median(self) -> float | None:
+        """Median of the healthy values accepted while the baseline fills, once there are
+        enough of them to have a middle; None otherwise (and once the baseline settled)."""
+        if len(self._seeds) < MIN_SEEDS_TO_JUDGE:
+            return None
+        return statistics.median(self._seeds)
+
+    def settle(self, is_outlier: Callable[[float, float], bool]) -> int:
+        """Re-examine the seeds of a baseline that just became ready against their median.
+
+        `is_outlier(value, median)` is the caller's spike rule.  Outliers are dropped and
+        the EMA, window and count are rebuilt from the rest in their order, so the baseline
+        is not ready again until enough clean values arrived.  Returns how many were dropped;
+        with none, the seeds are released and the baseline stays as it is.
+        """
+        if not self.ready or not self._seeds:
+            return 0
+        median = statistics.median(self._seeds)
+        clean = [value for value in self._seeds if not is_outlier(value, median)]
+        dropped = len(self._seeds) - len(clean)
+        if dropped == 0:
+            self._seeds = []
+            return 0
+        self._ema, self._accepted, self._seeds = None, 0, []
+        self._window.clear()
+        for value in clean:
+            self.accept(value)
+        return dropped
 
     def ratio(self, value: float) -> float | None:
         """``value`` over the EMA; None when the EMA is not positive (a ratio means nothing)."""
@@ -93,16 +137,23 @@ class Baseline:
         return median, _MAD_TO_SIGMA * mad
 
     def state_dict(self) -> dict[str, Any]:
-        return {"ema": self._ema, "accepted": self._accepted, "window": list(self._window)}
+        return {
+            "ema": self._ema,
+            "accepted": self._accepted,
+            "window": list(self._window),
+            "seeds": list(self._seeds),
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         ema = state["ema"]
         window = [float(v) for v in state["window"]]
+        seeds = [float(v) for v in state.get("seeds", ())]  # absent in older checkpoints
         if ema is not None and not math.isfinite(float(ema)):
             raise ValueError(f"saved baseline EMA is not finite: {ema}")
-        if not all(math.isfinite(v) for v in window):
+        if not all(math.isfinite(v) for v in (*window, *seeds)):
             raise ValueError("saved baseline window holds non-finite values")
         self._ema = None if ema is None else float(ema)
         self._accepted = int(state["accepted"])
         self._window.clear()
         self._window.extend(window)
+        self._seeds = seeds

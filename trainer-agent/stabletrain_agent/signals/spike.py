@@ -5,6 +5,11 @@ EMA (llm-foundry's KillLossSpike compares with a running mean) and a robust z-sc
 over a recent window (OLMo-core's skip-step rule), made robust with median/MAD so a
 single outlier in the window does not widen the band. Only upward moves count: a
 loss falling faster than usual is good news.
+
+While the baseline fills after the warm-up, each value is judged by the same rules against
+the median of the healthy values seen so far, so a bad shard read right then is a spike
+(it trips like any other) instead of becoming part of "normal"; and once the baseline is
+full its seeds are re-examined against their final median (see Baseline.settle).
 """
 
 from __future__ import annotations
@@ -66,8 +71,7 @@ class SpikeDetector:
             return self._unjudged(value)
         ema = self._baseline.ema
         if ema is None or not self._baseline.ready:
-            self._baseline.accept(value)
-            return self._unjudged(value)
+            return self._seed(step, value)
         by_ratio = rule.ratio_breached(value, ema)
         # The window's median costs a sort; only pay it when a rule or the evidence needs it.
         zscore = None
@@ -92,6 +96,40 @@ class SpikeDetector:
             onset_step=self._streak.onset,
             sustained=self._streak.count >= rule.consecutive_steps,
         )
+
+    def _seed(self, step: int, value: float) -> SpikeReading:
+        """A value while the baseline fills: judged against the seeds' median, learned only
+        if healthy; the baseline settles once full."""
+        median = self._baseline.seed_median()
+        anomalous = median is not None and self._breaches_seeds(value, median)
+        if anomalous:
+            self._streak.hit(step)
+        else:
+            self._streak.clear()
+            self._baseline.accept(value)
+            if self._baseline.ready:
+                self._baseline.settle(self._breaches_seeds)
+        if median is None:
+            return self._unjudged(value)
+        by_ratio = self._rule.ratio_breached(value, median)
+        return SpikeReading(
+            value=value,
+            baseline=median,
+            ratio=value / median if median > 0.0 else None,
+            zscore=self._baseline.robust_zscore(value) if anomalous else None,
+            judged=True,
+            anomalous=anomalous,
+            threshold=self._threshold(median, prefer_zscore=anomalous and not by_ratio),
+            consecutive=self._streak.count,
+            onset_step=self._streak.onset,
+            sustained=self._streak.count >= self._rule.consecutive_steps,
+        )
+
+    def _breaches_seeds(self, value: float, median: float) -> bool:
+        if self._rule.ratio_breached(value, median):
+            return True
+        zscore = self._baseline.robust_zscore(value) if self._rule.zscore is not None else None
+        return zscore is not None and self._rule.zscore_breached(zscore)
 
     def _threshold(self, ema: float, *, prefer_zscore: bool) -> float | None:
         ratio_bound = None if self._rule.ratio is None or ema <= 0.0 else self._rule.ratio * ema
