@@ -18,7 +18,8 @@ import logging
 
 import kopf
 
-from stabletrain_operator import metrics
+from stabletrain_agent.contract import env
+from stabletrain_operator import metrics, pods
 
 
 def _arguments() -> argparse.Namespace:
@@ -31,6 +32,12 @@ def _arguments() -> argparse.Namespace:
         "--priority", type=int, default=None, help="kopf peering priority (distinct per replica)"
     )
     parser.add_argument("--metrics-port", type=int, default=8000)
+    parser.add_argument(
+        "--agent-port",
+        type=int,
+        default=env.DEFAULT_AGENT_PORT,
+        help="port of the agent's HTTP server in the training pods the operator creates",
+    )
     parser.add_argument(
         "--liveness",
         default="http://0.0.0.0:8080/healthz",
@@ -48,6 +55,7 @@ def run() -> None:
     )
     logging.getLogger("kopf").setLevel(logging.DEBUG if args.verbose else logging.WARNING)
     importlib.import_module("stabletrain_operator.main")  # registers the handlers
+    pods.set_agent_port(args.agent_port)
     metrics.serve(args.metrics_port)
     settings = kopf.OperatorSettings()
     settings.scanning.disabled = bool(args.namespace)

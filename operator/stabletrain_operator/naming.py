@@ -14,6 +14,8 @@ JOB_LABEL = f"{GROUP}/job"
 ATTEMPT_LABEL = f"{GROUP}/attempt"
 RANK_LABEL = f"{GROUP}/rank"
 DIRECTIVES_GENERATION_ANNOTATION = f"{GROUP}/directives-generation"
+AGENT_PORT_NAME = "st-agent"
+"""Name of the agent's container port on every worker pod (and of the Service's port)."""
 
 
 def service_name(job: str) -> str:

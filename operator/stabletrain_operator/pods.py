@@ -37,7 +37,7 @@ DIRECTIVES_PATH = DIRECTIVES_DIR / env.DIRECTIVES_FILE_KEY
 LOCAL_VOLUME = "stabletrain-local"
 PFS_VOLUME = "stabletrain-pfs"
 DIRECTIVES_VOLUME = "stabletrain-directives"
-AGENT_PORT_NAME = "st-agent"
+AGENT_PORT_NAME = naming.AGENT_PORT_NAME
 LINEAGE_SUBDIR = "lineage"
 PREVIOUS_NODE_WEIGHT = 100
 """Preferred (not required) node affinity: a relaunched rank goes back to the node whose
@@ -49,6 +49,27 @@ LOST_NODE_TOLERATION_SECONDS = 15
 """A worker on a NotReady or unreachable node is evicted after 15 s instead of Kubernetes'
 default 300 s: no rank can progress without every other, so waiting idles the whole job."""
 LOST_NODE_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+
+
+@dataclass
+class _AgentPort:
+    port: int = env.DEFAULT_AGENT_PORT
+
+
+_AGENT = _AgentPort()
+"""The port new training pods' agents serve on: the operator's --agent-port (the chart's
+agent.port), set once at start-up. Scrapes use each pod's own declared port instead, so
+pods created before a change stay reachable."""
+
+
+def set_agent_port(port: int) -> None:
+    if not 1 <= port <= 65535:
+        raise ValueError(f"the agent port must be 1..65535, got {port}")
+    _AGENT.port = port
+
+
+def agent_port() -> int:
+    return _AGENT.port
 
 
 def grace_seconds(spec: StableTrainingJobSpec) -> int:
@@ -164,7 +185,7 @@ def agent_env(spec: StableTrainingJobSpec, job: JobRef, attempt: int, rank: int)
         *checkpoint_env(spec),
         _value(env.DIRECTIVES_PATH, DIRECTIVES_PATH),
         {"name": env.DIRECTIVES_TOKEN, "valueFrom": token_ref},
-        _value(env.AGENT_PORT, env.DEFAULT_AGENT_PORT),
+        _value(env.AGENT_PORT, agent_port()),
         {"name": env.AGENT_BIND_ADDRESS, **_field("status.podIP")},
         _value(env.TERMINATION_MESSAGE_PATH, env.DEFAULT_TERMINATION_MESSAGE_PATH),
     ]
@@ -283,7 +304,7 @@ def build_pod(
         [*torchrun_env(spec, job, attempt, rank), *agent_env(spec, job, attempt, rank)],
     )
     container["volumeMounts"] = _replace_by_name(container.get("volumeMounts") or [], _mounts(spec))
-    port = {"name": AGENT_PORT_NAME, "containerPort": env.DEFAULT_AGENT_PORT, "protocol": "TCP"}
+    port = {"name": AGENT_PORT_NAME, "containerPort": agent_port(), "protocol": "TCP"}
     container["ports"] = _replace_by_name(container.get("ports") or [], [port])
     container["terminationMessagePath"] = str(env.DEFAULT_TERMINATION_MESSAGE_PATH)
     container["terminationMessagePolicy"] = "FallbackToLogsOnError"
@@ -318,7 +339,7 @@ def build_service(job: JobRef) -> Json:
             "clusterIP": "None",
             "publishNotReadyAddresses": True,
             "selector": {naming.JOB_LABEL: job.name},
-            "ports": [{"name": AGENT_PORT_NAME, "port": env.DEFAULT_AGENT_PORT}],
+            "ports": [{"name": AGENT_PORT_NAME, "port": agent_port()}],
         },
     }
 
@@ -361,6 +382,7 @@ def build_token_secret(job: JobRef, token: str) -> Json:
     }
 
 
-def agent_url(pod_ip: str) -> str:
-    """Base URL of a pod's agent (local rank 0 serves /metrics and the status endpoint)."""
-    return f"http://{pod_ip}:{env.DEFAULT_AGENT_PORT}"
+def agent_url(pod_ip: str, port: int | None = None) -> str:
+    """Base URL of a pod's agent (local rank 0 serves /metrics and the status endpoint), at
+    the port the pod declares (PodFacts.agent_port), else the operator's."""
+    return f"http://{pod_ip}:{port or agent_port()}"

@@ -129,7 +129,7 @@ async def _scrape(
         return ()
     memory.last_scrape = time.monotonic()
     targets = [
-        ScrapeTarget(p.name, pods.agent_url(p.ip), p.attempt)
+        ScrapeTarget(p.name, pods.agent_url(p.ip, p.agent_port), p.attempt)
         for p in facts
         if p.attempt == status.attempt and p.state is PodState.RUNNING and p.ip
     ]
@@ -258,7 +258,8 @@ def _put_live(token: str | None, step: Step, facts: list[PodFacts]) -> None:
         if pod is None or not pod.ip:
             continue
         try:
-            result = put_directives(pods.agent_url(pod.ip), step.live, token, PUT_TIMEOUT_SECONDS)
+            url = pods.agent_url(pod.ip, pod.agent_port)
+            result = put_directives(url, step.live, token, PUT_TIMEOUT_SECONDS)
         except (AgentUnreachableError, ContractError) as error:
             _log.warning(
                 "live directives to %s not delivered (retried next scrape): %s", name, error

@@ -25,6 +25,7 @@ from stabletrain_agent.contract.detection import GradNormSpikeConfig, LossSpikeC
 from stabletrain_agent.contract.names import Action
 from stabletrain_agent.contract.trip import TERMINATION_MESSAGE_LIMIT
 from stabletrain_operator.api import constants as c
+from stabletrain_operator.api.effects import FIELD_EFFECTS
 from stabletrain_operator.api.resource import StableTrainingJob
 from stabletrain_operator.api.schema import Schema, structural
 from stabletrain_operator.api.spec import default_rules
@@ -159,6 +160,14 @@ def _reference() -> tuple[str, str]:
     return "\n".join(rows), "\n".join(rules)
 
 
+def _effects() -> str:
+    lines = ["| Field | Takes effect in | Proved by |", "|---|---|---|"]
+    for field, effect in FIELD_EFFECTS.items():
+        tests = "<br>".join(f"`{test}`" for test in effect.tests)
+        lines.append(f"| `{field}` | {_cell(effect.where)} | {tests} |")
+    return "\n".join(lines)
+
+
 def _default_policy() -> str:
     lines = ["| # | Rule | On signals | Action |", "|---|---|---|---|"]
     for index, rule in enumerate(default_rules(), start=1):
@@ -228,6 +237,15 @@ training (trip); the others only report, and Alert/ReduceLR act on what the agen
 ## Field reference
 
 {reference}
+
+## Where each field takes effect
+
+Every spec field, the code that reads it and the tests whose assertions fail if it were
+ignored (`operator/stabletrain_operator/api/effects.py`; a unit test fails when a field has
+no row or a row names a test that does not exist). "the fields below" marks an object whose
+effect is that of its fields.
+
+{_effects()}
 
 ## Validation rules
 

@@ -59,10 +59,23 @@ class PodFacts:
     """When its container ended (the kubelet's finishedAt, whole seconds)."""
     restore_failure: tuple[int, int] | None = None
     """(step, attempt) when the pod could not restore the step its directives named."""
+    agent_port: int | None = None
+    """The agent port the pod declares (its container port named st-agent)."""
 
     @property
     def finished(self) -> bool:
         return self.state in (PodState.SUCCEEDED, PodState.FAILED)
+
+
+def _declared_agent_port(spec: Json) -> int | None:
+    """The containerPort the operator named st-agent when it built the pod."""
+    for container in spec.get("containers") or []:
+        for port in container.get("ports") or []:
+            if port.get("name") == naming.AGENT_PORT_NAME and isinstance(
+                port.get("containerPort"), int
+            ):
+                return int(port["containerPort"])
+    return None
 
 
 def _int_label(labels: Json, key: str) -> int | None:
@@ -144,6 +157,7 @@ def pod_facts(pod: Json) -> PodFacts | None:
         trip_error=trip_error,
         finished_at=_time((terminated or {}).get("finishedAt")),
         restore_failure=parse_restore_failure(str(message)) if terminated else None,
+        agent_port=_declared_agent_port(spec),
     )
 
 

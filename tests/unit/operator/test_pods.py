@@ -11,6 +11,7 @@ from operator_builders import spec
 from stabletrain_agent.contract import env
 from stabletrain_agent.contract.directives import parse_directives
 from stabletrain_operator import pods
+from stabletrain_operator.observe.pods import pod_facts
 from stabletrain_operator.plan.directives import attempt_directives
 
 JOB = pods.JobRef("gpt", "team", "uid-1")
@@ -170,3 +171,35 @@ def test_no_size_limit_means_no_size_variable_and_the_defaults_are_spelled_out()
     assert variables[env.CHECKPOINT_INTERVAL_STEPS] == str(env.DEFAULT_CHECKPOINT_INTERVAL_STEPS)
     assert variables[env.LOCAL_RETENTION] == variables[env.PFS_RETENTION] == "3"
     assert variables[env.SPIKE_MARKERS] == str(env.DEFAULT_SPIKE_MARKERS)
+
+
+def test_the_agent_port_setting_reaches_the_pod_the_service_and_the_scrape() -> None:
+    pods.set_agent_port(9555)
+    try:
+        pod = pods.build_pod(spec(), JOB, attempt=0, rank=0)
+        service = pods.build_service(JOB)
+    finally:
+        pods.set_agent_port(env.DEFAULT_AGENT_PORT)
+    container = pod["spec"]["containers"][0]
+    assert _env(pod)[env.AGENT_PORT] == "9555"
+    assert {"name": "st-agent", "containerPort": 9555, "protocol": "TCP"} in container["ports"]
+    assert service["spec"]["ports"] == [{"name": "st-agent", "port": 9555}]
+    # A pod built before a change keeps its own port: the scrape asks the pod, not the setting.
+    facts = pod_facts({**pod, "status": {"phase": "Running", "podIP": "10.0.0.7"}})
+    assert facts is not None
+    assert facts.agent_port == 9555
+    assert pods.agent_url("10.0.0.7", facts.agent_port) == "http://10.0.0.7:9555"
+    assert pods.agent_url("10.0.0.7") == f"http://10.0.0.7:{env.DEFAULT_AGENT_PORT}"
+    with pytest.raises(ValueError, match=r"1\.\.65535"):
+        pods.set_agent_port(0)
+
+
+def test_a_local_volume_and_a_pfs_sub_path_are_what_the_pod_mounts() -> None:
+    local = {"persistentVolumeClaim": {"claimName": "nvme-0"}}
+    checkpoints = {"local": {"volume": local}, "pfs": {"claimName": "pfs", "subPath": "jobs/gpt"}}
+    pod = pods.build_pod(spec(checkpoints=checkpoints), JOB, attempt=0, rank=0)
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    assert volumes["stabletrain-local"] == {"name": "stabletrain-local", **local}
+    mounts = {m["name"]: m for m in pod["spec"]["containers"][0]["volumeMounts"]}
+    assert mounts["stabletrain-pfs"]["subPath"] == "jobs/gpt"
+    assert "subPath" not in mounts["stabletrain-local"]
