@@ -80,16 +80,22 @@ any: true
 {{- end -}}
 {{- end -}}
 
+{{/* The label the operator puts on every training pod, valued with the job's name
+(stabletrain_operator.naming.JOB_LABEL; fixed: the operator's pod index selects by it). */}}
+{{- define "stabletrain.jobLabel" -}}
+stabletrain.dev/job
+{{- end -}}
+
 {{/* Selector of the training pods: every pod carrying the job label. */}}
 {{- define "stabletrain.agentSelector" -}}
 matchExpressions:
-  - key: {{ .Values.agent.jobLabel }}
+  - key: {{ include "stabletrain.jobLabel" . }}
     operator: Exists
 {{- end -}}
 
 {{/* The job label as Prometheus' service discovery spells it. */}}
 {{- define "stabletrain.agentJobMetaLabel" -}}
-{{- printf "__meta_kubernetes_pod_label_%s" (regexReplaceAll "[^a-zA-Z0-9_]" .Values.agent.jobLabel "_") -}}
+{{- printf "__meta_kubernetes_pod_label_%s" (regexReplaceAll "[^a-zA-Z0-9_]" (include "stabletrain.jobLabel" .) "_") -}}
 {{- end -}}
 
 {{- define "stabletrain.podMonitorName" -}}

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from prometheus_client import CollectorRegistry
 
 from stabletrain_agent.contract import env
@@ -232,6 +233,36 @@ def test_agent_selector_uses_the_operators_job_label() -> None:
     assert endpoint["portNumber"] == env.DEFAULT_AGENT_PORT
 
 
+def test_agent_port_reaches_the_operator_and_the_monitoring(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    out = render(values_files=(CLUSTER_ALL_ON,), sets=["agent.port=9555"])
+    assert parse_operator_args(operator_argv(out), monkeypatch).agent_port == 9555
+    (endpoint,) = out.one("PodMonitor")["spec"]["podMetricsEndpoints"]
+    assert endpoint["portNumber"] == 9555
+    (policy,) = out.of_kind("NetworkPolicy")
+    assert policy["spec"]["ingress"][0]["ports"] == [{"protocol": "TCP", "port": 9555}]
+
+
+def test_every_value_is_read_by_a_template() -> None:
+    """Nothing in values.yaml is decorative: each key, or a map above it that a template
+    renders whole (toYaml), is read by a template."""
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    templates = "\n".join(p.read_text() for p in (CHART / "templates").iterdir())
+
+    def read(path: str) -> bool:
+        return re.search(re.escape(path) + r"(?![A-Za-z0-9_])", templates) is not None
+
+    def unread(node: Any, path: str) -> list[str]:
+        if read(path):
+            return []
+        if isinstance(node, dict) and node:
+            return [key for name, value in node.items() for key in unread(value, f"{path}.{name}")]
+        return [path]
+
+    assert [key for name, value in values.items() for key in unread(value, f".Values.{name}")] == []
+
+
 @pytest.mark.parametrize("port", [1, 65535])
 def test_agent_port_at_either_end_leaves_one_worker_range(port: int) -> None:
     out = render(sets=["networkPolicy.enabled=true", f"agent.port={port}"])
@@ -377,6 +408,7 @@ def test_the_operator_accepts_the_charts_arguments(monkeypatch: pytest.MonkeyPat
     args = parse_operator_args(operator_argv(out), monkeypatch)
     assert args.namespace == ["team-a", "team-b"]
     assert args.metrics_port == container(out)["ports"][0]["containerPort"]
+    assert args.agent_port == env.DEFAULT_AGENT_PORT
     assert args.liveness == "http://0.0.0.0:8080/healthz"
     assert args.peering is None
     assert args.verbose is True
