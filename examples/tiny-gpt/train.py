@@ -16,7 +16,8 @@ Every option has an environment variable (TINYGPT_<OPTION>, e.g. TINYGPT_POISON_
 a StableTrainingJob sets them in the container's env. Each rank appends one JSON line per
 step to `<log dir>/attempt-<a>-rank-<r>.jsonl` (by default under the PFS tier, which every
 node sees): the agent's view of the step (loss, baseline, LR with the directives' scale),
-the batch read and whether it was poisoned, so tests and the demo see what really happened.
+the batch read (its index, shards and sample ranges) and whether it was poisoned, so tests
+and the demo see what really happened.
 """
 
 from __future__ import annotations
@@ -270,6 +271,7 @@ def record_step(
             "spike": snapshot.spike_active,
             "batch": lineage.batch_index,
             "shards": sorted({r.shard_id for r in lineage.ranges}),
+            "samples": [[r.shard_id, r.start, r.stop] for r in lineage.ranges],
             "poisoned": any(r.shard_id in corpus.poisoned for r in lineage.ranges),
         }
     )

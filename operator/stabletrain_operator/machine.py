@@ -49,7 +49,7 @@ from stabletrain_operator.plan.checkpoint import (
 from stabletrain_operator.plan.directives import attempt_directives, live_directives
 from stabletrain_operator.plan.inventory import merged_inventory, without_abandoned
 from stabletrain_operator.plan.placement import avoided_nodes, remember_suspects, unexpired
-from stabletrain_operator.plan.skips import merge_skip_ranges
+from stabletrain_operator.plan.skips import describe_skip, merge_skip_ranges
 from stabletrain_operator.pods import grace_seconds
 from stabletrain_operator.policy import (
     Decision,
@@ -887,7 +887,7 @@ def _planning(status: StableTrainingJobStatus, world: World) -> Step:
             "directives_generation": status.directives_generation + 1,
         }
     )
-    skipped = ", ".join(f"[{r.first}, {r.last}] {r.unit}" for r in planned.added_skip) or "none"
+    skipped = "; ".join(describe_skip(r) for r in planned.added_skip) or "nothing"
     message = (
         f"attempt {planned.next_attempt} resumes from "
         f"{f'step {choice.step}' if choice.step else 'step 0 (nothing restored)'} "

@@ -1,8 +1,9 @@
 """A poisoned range longer than the first rollback skipped: the spike recurs, and the
 operator escalates (a wider skip, a lower LR) instead of repeating what did not work.
 
-The policy here skips only a few steps around the onset, so that the rest of the poisoned
-shard (read by steps 129-144 of an unskipped run) is still ahead of the first relaunch.
+The policy here skips only a few steps around the onset, whole (`skipData: StepRange`: the
+default would pass over the whole suspect shard), so that the rest of the poisoned shard
+(read by steps 129-144 of an unskipped run) is still ahead of the first relaunch.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from support.timeline import Recorder
 from support.tinygpt import StepLogs, job_manifest, shard_batches
 
 ROLLBACK = {"minStepsBeforeOnset": 5, "skipStepsBeforeOnset": 2, "skipStepsAfterOnset": 10,
-            "rewarmupSteps": 10}  # fmt: skip
+            "rewarmupSteps": 10, "skipData": "StepRange"}  # fmt: skip
 RULES = [
     {"name": "loss-spike", "onSignals": ["LossSpike"], "action": "Rollback", "rollback": ROLLBACK},
     {"name": "infrastructure", "onSignals": ["WorkerFailure"], "action": "RestartFromLatest"},
@@ -41,7 +42,7 @@ def test_a_recurring_spike_is_rolled_back_harder(
     assert (first["onsetStep"], first["fromStep"], first["toStep"]) == (129, 132, 120)
     assert first["lrScale"] == 0.5
     (narrow,) = first["skipped"]
-    assert (narrow["first"], narrow["last"]) == (127, 139)
+    assert (narrow["first"], narrow["last"], narrow["shardIds"]) == (127, 139, [])
 
     logs = StepLogs(local_cluster.shared_dir, job_namespace)
     relaunched = logs.steps(1)

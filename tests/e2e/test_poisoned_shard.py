@@ -4,7 +4,8 @@ and the DEFAULT policy roll the run back, and training completes on clean data.
 Nothing in the job is tuned for the test: the manifest is the example's, with its poisoned
 shard-0008 (read by steps 129-144 of an unskipped run). The default Rollback rule resumes
 from the newest stable checkpoint at least 100 steps before the onset, halves the LR scale,
-re-warms over 100 steps and skips the data of [onset - 50, onset + 250].
+re-warms over 100 steps and skips the suspect shards (those the lineage saw read from two
+steps before the onset to the trip) in the data of [onset - 50, onset + 250].
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ from support.localnode import LocalCluster
 from support.operator import Jobs
 from support.timeline import Recorder, format_timeline, rollback_timeline
 from support.tinygpt import (
+    GLOBAL_BATCH,
     StepLogs,
+    clean_batches_passed_over,
     expected_decisions,
     job_manifest,
     shard_batches,
@@ -63,13 +66,28 @@ def test_poisoned_shard_heals_with_the_default_policy(
     assert entry["toStep"] == 25, "the newest stable checkpoint that far back"
     assert resumed[0]["step"] == entry["toStep"] + 1
 
-    # The skipped range covers every poisoned batch, and the resumed run never reads one.
+    # The skip list names the suspect shards of the spike window: the poisoned one and the
+    # clean one read by the two steps before the onset (lineage.SUSPECT_LEAD_STEPS).
+    poisoned_shard = f"shard-{POISONED:04d}"
     (skip,) = entry["skipped"]
     assert (skip["first"], skip["last"], skip["unit"]) == (onset - 50, onset + 250, "Step")
-    assert not any(r["poisoned"] for r in resumed)
-    read = {r["batch"] for r in resumed}
-    assert not read & set(shard_batches(POISONED)), "no batch of the poisoned shard is read"
-    assert all(f"shard-{POISONED:04d}" not in r["shards"] for r in resumed)
+    assert skip["shardIds"] == [poisoned_shard, f"shard-{POISONED - 1:04d}"], skip
+    assert done["activeSkipRanges"] == [skip]
+    assert any(poisoned_shard in m for m in planned), planned
+    ranks = [resumed, logs.steps(1, rank=1)]
+    poisoned_read = sum(r["poisoned"] for steps in ranks for r in steps)
+    assert poisoned_read == 0, "the resumed run read poisoned batches"
+    assert all(poisoned_shard not in r["shards"] for steps in ranks for r in steps)
+    # Clean data thrown away: one clean shard (16 batches) instead of every batch of the
+    # 301-step window that is not poisoned, which a whole-range skip (StepRange) passes over.
+    passed_over = clean_batches_passed_over(ranks, {poisoned_shard})
+    window = set(range(skip["first"] - 1, skip["last"]))  # batch of step s is s - 1
+    whole_range = len(window - set(shard_batches(POISONED)))
+    print(f"\npoisoned batches read after the rollback: {poisoned_read}; clean batches "
+          f"skipped: {passed_over:g} (a {skip['last'] - skip['first'] + 1}-step range would "
+          f"skip {whole_range})")  # fmt: skip
+    assert passed_over == 256 / GLOBAL_BATCH, "only the clean suspect shard is passed over"
+    assert passed_over * 10 < whole_range
 
     # The effective LR (the agent's own, exported with the step) is halved: same step, same
     # schedule, half the LR once the re-warm-up is over; ramping from 0 before that.

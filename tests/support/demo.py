@@ -33,7 +33,7 @@ from kubernetes import client, config
 
 from support.controlplane import ControlPlane, running_control_plane
 from support.localnode import LocalCluster
-from support.lossplot import plot_recovery
+from support.lossplot import plot_recovery, skip_label
 from support.operator import Jobs, create_claim, install_crd, running_operator
 from support.timeline import Recorder, format_timeline, rollback_timeline
 from support.tinygpt import MANIFEST, REPO, StepLogs, job_manifest, write_replay_csv
@@ -162,7 +162,7 @@ def run(out: Path, work: Path) -> int:
         for number, record in enumerate(status["rollbackHistory"], 1):
             say(f"  decision {number}: {json.dumps(record)}")
         entry = status["rollbackHistory"][0]
-        skipped = ", ".join(f"steps {s['first']}-{s['last']}" for s in entry["skipped"])
+        skipped = "; ".join(skip_label(s) for s in entry["skipped"])
         say(
             f"rollback: {entry['signal']} ({entry.get('anomalyClass')}) with onset at step "
             f"{entry['onsetStep']}, tripped at step {entry['fromStep']}, resumed from step "

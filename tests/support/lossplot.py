@@ -77,7 +77,7 @@ def plot_recovery(logs: StepLogs, status: Json, out: Path, title: str) -> None:
                 skipped["last"],
                 color="grey",
                 alpha=0.15,
-                label=f"skipped: the data of steps {skipped['first']}-{skipped['last']}",
+                label=f"skipped: {skip_label(skipped)}",
             )
     axes.set_xlabel("global step")
     axes.set_ylabel("training loss (mean over ranks)")
@@ -88,3 +88,10 @@ def plot_recovery(logs: StepLogs, status: Json, out: Path, title: str) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(out)
     plt.close(figure)
+
+
+def skip_label(skipped: dict[str, Any]) -> str:
+    """A status skip range as the legend says it: the shards it names, or the whole range."""
+    steps = f"the data of steps {skipped['first']}-{skipped['last']}"
+    shards = skipped.get("shardIds") or []
+    return f"{', '.join(shards)} in {steps}" if shards else steps

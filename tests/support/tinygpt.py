@@ -86,6 +86,27 @@ class StepLogs:
         return [record for attempt in self.attempts() for record in self.steps(attempt)]
 
 
+def clean_batches_passed_over(attempt_steps: list[list[Json]], poisoned: set[str]) -> float:
+    """Clean data an attempt never read between its first and its last sample read, in
+    global batches: what its skip list threw away besides the poisoned shards.
+
+    `attempt_steps` holds every rank's step records of one attempt (train.py logs each
+    batch's sample ranges). Positions count samples of the shards laid end to end, so a
+    shard passed over and a batch skipped whole both show up as positions never read.
+    """
+    read: set[int] = set()
+    for steps in attempt_steps:
+        for record in steps:
+            for shard, start, stop in record["samples"]:
+                base = int(shard.split("-")[1]) * SHARD_SAMPLES
+                read.update(range(base + start, base + stop))
+    if not read:
+        return 0.0
+    passed = set(range(min(read), max(read) + 1)) - read
+    clean = [p for p in passed if f"shard-{p // SHARD_SAMPLES:04d}" not in poisoned]
+    return len(clean) / GLOBAL_BATCH
+
+
 def finite(value: object) -> bool:
     return isinstance(value, int | float) and math.isfinite(value)
 

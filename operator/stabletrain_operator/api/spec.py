@@ -210,6 +210,18 @@ class NoCheckpointDecision(StrEnum):
     """Fail the job with NoUsableCheckpoint."""
 
 
+class SkipData(StrEnum):
+    """What data a Rollback puts on the skip list."""
+
+    SUSPECT_SHARDS = "SuspectShards"
+    """The shards the trip report's lineage names (read from shortly before the onset to
+    the trip), passed over for the data of the skip window; the whole step window only
+    when the lineage is missing or was cut, and on escalation."""
+    STEP_RANGE = "StepRange"
+    """Every batch of the skip window, whatever shard it came from (PaLM's "skip 200-500
+    batches"): for loops without lineage, or data whose shards mix sources."""
+
+
 class RollbackParams(ApiModel):
     """How a Rollback rewinds the run."""
 
@@ -223,8 +235,12 @@ class RollbackParams(ApiModel):
     skip_steps_before_onset: int = Field(default=50, ge=0, le=1_000_000)
     """Start of the skipped data, in steps before the onset (instability starts earlier)."""
     skip_steps_after_onset: int = Field(default=250, ge=0, le=1_000_000)
-    """Data skipped is [onset - before, onset + after] in steps: 300 by default, inside the
-    200-500 batches PaLM skipped."""
+    """The skip window is [onset - before, onset + after] in steps: 300 by default, inside
+    the 200-500 batches PaLM skipped."""
+    skip_data: SkipData = SkipData.SUSPECT_SHARDS
+    """SuspectShards (default) skips only the suspect shards' data inside the skip window,
+    so clean data read next to them is kept; StepRange skips the whole window. Each
+    escalation level skips the whole window, twice as wide per level."""
     rewarmup_steps: int = Field(default=100, ge=0, le=1_000_000)
     """After resuming, the LR ramps linearly from 0 to the new scale over this many steps."""
     no_checkpoint_far_enough: NoCheckpointDecision = NoCheckpointDecision.NARROW_MARGIN

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from stabletrain_agent.contract.directives import SkipRange
+from stabletrain_agent.contract.directives import SkipRange, SkipUnit
+
+SHARDS_NAMED_MAX = 16
+"""Shard ids spelled out in one message; the rest are counted (status lists them all)."""
 
 
 def merge_skip_ranges(*groups: Iterable[SkipRange]) -> tuple[SkipRange, ...]:
@@ -31,3 +34,16 @@ def merge_skip_ranges(*groups: Iterable[SkipRange]) -> tuple[SkipRange, ...]:
         else:
             merged.append(current)
     return tuple(merged)
+
+
+def describe_skip(skip: SkipRange) -> str:
+    """A skip range as people read it in Events and conditions, with the shards it names."""
+    unit = "steps" if skip.unit is SkipUnit.STEP else "batches"
+    where = f"the data of {unit} {skip.first}-{skip.last}"
+    if not skip.shard_ids:
+        return where
+    shards = ", ".join(skip.shard_ids[:SHARDS_NAMED_MAX])
+    more = len(skip.shard_ids) - SHARDS_NAMED_MAX
+    if more > 0:
+        shards += f" and {more} more"
+    return f"shard(s) {shards} in {where}"

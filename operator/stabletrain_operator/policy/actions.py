@@ -8,9 +8,11 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime, timedelta
 
+from stabletrain_agent.contract.directives import SkipRange
 from stabletrain_agent.contract.names import Action
 from stabletrain_operator.api.constants import Reason
 from stabletrain_operator.api.spec import RecoveryRule, RecoverySpec, RollbackParams
+from stabletrain_operator.plan.skips import describe_skip
 from stabletrain_operator.policy.arithmetic import reduced_lr_scale, skip_around, target_bound
 from stabletrain_operator.policy.decision import ESCALATION_RULE, MANUAL_RULE, Decision, Deferral
 from stabletrain_operator.policy.ledger import PolicyLedger
@@ -77,19 +79,22 @@ def rollback(
         )
     params = rule.rollback_params()
     new_scale = reduced_lr_scale(lr_scale, params.lr_factor, params.lr_floor, times=level + 1)
+    skip = None
+    if anchor is not None:
+        skip = skip_around(anchor, params, level, observation.suspect_shards)
     decision = decision_for(
         Action.ROLLBACK,
         rule.name,
         Reason.ESCALATED if level else Reason.ROLLBACK_STARTED,
-        _rollback_message(rule, observation, anchor, new_scale, level),
+        _rollback_message(rule, observation, anchor, new_scale, level=level, skip=skip),
         observation,
     )
-    if anchor is None:
+    if skip is None or anchor is None:
         return replace(decision, lr_scale=new_scale, rewarmup_steps=params.rewarmup_steps)
     return replace(
         decision,
         lr_scale=new_scale,
-        skip=(skip_around(anchor, params, level),),
+        skip=(skip,),
         rewarmup_steps=params.rewarmup_steps,
         target_step_at_most=target_bound(anchor, params, level),
         escalation_level=level,
@@ -101,7 +106,9 @@ def _rollback_message(
     observation: Observation,
     anchor: int | None,
     new_scale: float,
+    *,
     level: int,
+    skip: SkipRange | None,
 ) -> str:
     where = "" if anchor is None else f" with onset at step {anchor}"
     harder = ""
@@ -110,9 +117,10 @@ def _rollback_message(
             f"; recurrence {level} near an earlier rollback's onset, so the skip range and "
             "the distance to the checkpoint are widened"
         )
+    skipping = "" if skip is None else f", skipping {describe_skip(skip)}"
     return (
         f"rule {rule.name} rolls back on {describe(observation)}{where}: resuming before the "
-        f"onset with LR scale {new_scale:.4g}{harder}"
+        f"onset with LR scale {new_scale:.4g}{skipping}{harder}"
     )
 
 

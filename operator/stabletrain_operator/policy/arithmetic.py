@@ -7,8 +7,10 @@ range and the distance to the target checkpoint doubled per level.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from stabletrain_agent.contract.directives import SkipRange, SkipUnit
-from stabletrain_operator.api.spec import RollbackParams
+from stabletrain_operator.api.spec import RollbackParams, SkipData
 
 
 def reduced_lr_scale(current: float, factor: float, floor: float, *, times: int = 1) -> float:
@@ -25,13 +27,23 @@ def widening(level: int) -> int:
     return 1 << level
 
 
-def skip_around(onset_step: int, params: RollbackParams, level: int) -> SkipRange:
-    """[onset - before, onset + after] in steps, both widened by the escalation level."""
+def skip_around(
+    onset_step: int, params: RollbackParams, level: int, suspect_shards: Sequence[str] = ()
+) -> SkipRange:
+    """[onset - before, onset + after] in steps, both widened by the escalation level.
+
+    A first occurrence with the lineage's suspect shards skips only their data in that
+    window (SkipData.SuspectShards): the clean data read around them is kept. A recurrence
+    near the same onset means the suspects were not all of it, so it skips the whole
+    widened window, as does a policy that asks for StepRange.
+    """
     wider = widening(level)
+    narrowed = level == 0 and params.skip_data is SkipData.SUSPECT_SHARDS
     return SkipRange(
         first=max(onset_step - params.skip_steps_before_onset * wider, 0),
         last=onset_step + params.skip_steps_after_onset * wider,
         unit=SkipUnit.STEP,
+        shard_ids=tuple(suspect_shards) if narrowed else (),
     )
 
 

@@ -60,6 +60,9 @@ class Observation:
     """Manual requests only: multiply the LR scale by this; None keeps it."""
     skip: tuple[SkipRange, ...] = ()
     """Manual requests only: data to skip in addition to the active ranges."""
+    suspect_shards: tuple[str, ...] = ()
+    """Trip reports only: every shard the lineage of the spike window names, most suspect
+    first; empty when the loop keeps no lineage or the report had to cut the list."""
 
     @property
     def anchor_step(self) -> int | None:
@@ -133,6 +136,8 @@ def trip_observation(reports: Sequence[TripReport]) -> Observation:
     firing = tuple(
         dict.fromkeys(s for report in reports for s in report.firing if s != lead.signal)
     )
+    complete = all(report.suspect_shards_omitted == 0 for report in reports)
+    suspects = tuple(dict.fromkeys(s for report in reports for s in report.suspect_shards))
     return Observation(
         signal=lead.signal,
         anomaly_class=lead.anomaly_class,
@@ -143,6 +148,7 @@ def trip_observation(reports: Sequence[TripReport]) -> Observation:
         evidence=lead.evidence,
         source=ObservationSource.TRIP_REPORT,
         firing_with=firing,
+        suspect_shards=suspects if complete else (),
     )
 
 

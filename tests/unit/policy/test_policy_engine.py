@@ -16,6 +16,7 @@ from stabletrain_operator.api.spec import (
     RecoverySpec,
     ReduceLRParams,
     RollbackParams,
+    SkipData,
 )
 from stabletrain_operator.policy import (
     Decision,
@@ -41,6 +42,7 @@ def trip(
     onset: int = 3007,
     anomaly_class: AnomalyClass = AnomalyClass.BAD_BATCH,
     firing_with: tuple[str, ...] = (),
+    suspect_shards: tuple[str, ...] = (),
 ) -> Observation:
     return Observation(
         signal=signal,
@@ -52,6 +54,7 @@ def trip(
         evidence=f"{signal} evidence",
         source=ObservationSource.TRIP_REPORT,
         firing_with=firing_with,
+        suspect_shards=suspect_shards,
     )
 
 
@@ -100,6 +103,45 @@ def test_default_policy_rolls_back_a_sustained_loss_spike_with_the_documented_nu
     assert decision.onset_step == 3007
     assert decision.evidence == "LossSpike evidence"
     assert "3007" in decision.message
+
+
+def test_default_rollback_skips_only_the_suspect_shards_in_the_window() -> None:
+    """Before: the skip was the whole window [2957, 3257] whatever the lineage named.
+    After: only the lineage's suspect shards inside that window, and the message says so."""
+    decision = run([trip(suspect_shards=("shard-0008", "shard-0007"))])
+    assert decision is not None
+    assert decision.skip == (
+        SkipRange(first=2957, last=3257, shard_ids=("shard-0008", "shard-0007")),
+    )
+    assert "skipping shard(s) shard-0008, shard-0007 in the data of steps 2957-3257" in (
+        decision.message
+    )
+
+
+def test_the_whole_window_is_skipped_without_lineage_or_when_the_policy_asks() -> None:
+    without_lineage = run([trip()])
+    assert without_lineage is not None
+    assert without_lineage.skip == (SkipRange(first=2957, last=3257),)
+    assert "skipping the data of steps 2957-3257" in without_lineage.message
+    rule = RecoveryRule(
+        name="steps",
+        on_signals=(Signal.LOSS_SPIKE.value,),
+        action=Action.ROLLBACK,
+        rollback=RollbackParams(skip_data=SkipData.STEP_RANGE),
+    )
+    asked = run([trip(suspect_shards=("shard-0008",))], recovery=RecoverySpec(rules=(rule,)))
+    assert asked is not None
+    assert asked.skip == (SkipRange(first=2957, last=3257),)
+
+
+def test_a_recurrence_skips_the_whole_widened_window_despite_suspects() -> None:
+    first = run([trip(suspect_shards=("shard-0008",))])
+    assert first is not None
+    ledger = record(PolicyLedger(), first, now=NOW)
+    again = run([trip(step=3034, onset=3030, suspect_shards=("shard-0009",))], ledger=ledger)
+    assert again is not None
+    assert again.escalation_level == 1
+    assert again.skip == (SkipRange(first=3030 - 100, last=3030 + 500),)
 
 
 def test_default_policy_rolls_back_non_finite_by_its_own_rule() -> None:

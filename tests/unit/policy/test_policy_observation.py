@@ -19,8 +19,18 @@ from stabletrain_operator.policy import (
 AT = datetime(2026, 2, 2, tzinfo=UTC)
 
 
-def report(node: str, signal: str, firing: tuple[str, ...], onset: int) -> TripReport:
+def report(
+    node: str,
+    signal: str,
+    firing: tuple[str, ...],
+    onset: int,
+    *,
+    suspects: tuple[str, ...] = (),
+    omitted: int = 0,
+) -> TripReport:
     return TripReport(
+        suspect_shards=suspects,
+        suspect_shards_omitted=omitted,
         attempt=1,
         node=node,
         step=onset + 3,
@@ -87,3 +97,21 @@ def test_scrapes_give_one_observation_per_signal_rank_zero_first() -> None:
     ]
     assert observations[1].firing_with == ("GradNormSpike",)
     assert all(not o.tripped and o.source is ObservationSource.SCRAPE for o in observations)
+
+
+def test_suspect_shards_are_the_union_of_the_reports_unless_one_was_cut() -> None:
+    """A trip's suspect shards reach the policy (before: the observation had none)."""
+    both = trip_observation(
+        [
+            report("a", "LossSpike", (), 129, suspects=("shard-0008", "shard-0007")),
+            report("b", "LossSpike", (), 129, suspects=("shard-0008", "shard-0009")),
+        ]
+    )
+    assert both.suspect_shards == ("shard-0008", "shard-0007", "shard-0009")
+    cut = trip_observation(
+        [
+            report("a", "LossSpike", (), 129, suspects=("shard-0008",)),
+            report("b", "LossSpike", (), 129, suspects=("shard-0008",), omitted=3),
+        ]
+    )
+    assert cut.suspect_shards == (), "an incomplete list falls back to the whole window"
