@@ -221,6 +221,31 @@ def _cond(
     return status.model_copy(update={"conditions": conditions})
 
 
+def _recorded(status: StableTrainingJobStatus, entry: RollbackRecord) -> StableTrainingJobStatus:
+    """status with one more decision in its bounded history (oldest dropped)."""
+    history = (*status.rollback_history, entry)[-HISTORY_MAX:]
+    return status.model_copy(update={"rollback_history": history})
+
+
+def _live_record(
+    status: StableTrainingJobStatus, world: World, decision: Decision
+) -> RollbackRecord:
+    """A decision that launches nothing (ReduceLR, Alert) as a history entry."""
+    return RollbackRecord(
+        time=world.now,
+        action=decision.action,
+        reason=decision.reason,
+        rule=decision.rule,
+        request_id=decision.request_id,
+        signal=decision.signal,
+        anomaly_class=decision.anomaly_class,
+        onset_step=decision.onset_step,
+        from_step=decision.step if decision.step is not None else (status.step or 0),
+        lr_scale=status.lr_scale,
+        attempt=status.attempt,
+    )
+
+
 # --- Pending --------------------------------------------------------------------------------
 
 
@@ -654,6 +679,7 @@ def _act(
             reason=decision.reason,
             message=decision.message,
         )
+        changed = _recorded(changed, _live_record(changed, world, decision))
         live = None
         if world.attempt_directives is not None:
             live = live_directives(
@@ -682,6 +708,7 @@ def _act(
             reason=Reason.ALERTED,
             message=f"{decision.signal}: {decision.message}",
         )
+        alerted = _recorded(alerted, _live_record(alerted, world, decision))
         return Step(alerted, ledger, events=(event,), decision=decision)
     return _stop_for(
         status, world, decision, trips=trips, ledger=ledger, event=event, incident=incident
@@ -835,6 +862,25 @@ def _recovering_reason(status: StableTrainingJobStatus) -> tuple[str, str]:
 
 
 def _failed(status: StableTrainingJobStatus, world: World, reason: str, message: str) -> Step:
+    """The job ends Failed; the history records the Fail with what it answered."""
+    plan = status.plan
+    if plan is not None:
+        status = _recorded(
+            status,
+            RollbackRecord(
+                time=world.now,
+                action=Action.FAIL,
+                reason=reason,
+                rule=plan.rule,
+                request_id=plan.request_id,
+                signal=plan.signal,
+                anomaly_class=plan.anomaly_class,
+                onset_step=plan.onset_step,
+                from_step=plan.from_step,
+                lr_scale=status.lr_scale,
+                attempt=status.attempt,
+            ),
+        )
     failed = status.model_copy(update={"phase": Phase.FAILED, "plan": None})
     failed = _cond(failed, world, ConditionType.FAILED, ok=True, reason=reason, message=message)
     failed = _cond(
@@ -929,6 +975,7 @@ def _relaunching(status: StableTrainingJobStatus, world: World) -> Step:
     entry = RollbackRecord(
         time=plan.started_at,
         action=plan.action,
+        reason=_recovering_reason(status)[0],
         rule=plan.rule,
         request_id=plan.request_id,
         signal=plan.signal,

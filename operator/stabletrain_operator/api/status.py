@@ -20,7 +20,7 @@ from stabletrain_operator.api.base import PRESERVE_UNKNOWN, ApiModel
 from stabletrain_operator.api.constants import Phase
 
 HISTORY_MAX = 20
-"""Rollback history entries kept in status; older ones live in Events and metrics."""
+"""Decisions kept in status.rollbackHistory; older ones live in Events and metrics."""
 SKIP_RANGES_INLINE_MAX = 64
 """Skip ranges kept inline; beyond this the full list moves to a ConfigMap."""
 INVENTORY_MAX = 64
@@ -119,11 +119,17 @@ class Counters(ApiModel):
 
 
 class RollbackRecord(ApiModel):
-    """One rollback (or restart) as it happened: the audit trail of the policy."""
+    """One decision as it happened, the audit trail of the policy: every Rollback and
+    RestartFromLatest (where it resumed), every live ReduceLR and Alert, and the Fail that
+    ended the job."""
 
     time: AwareDatetime
     """When the action started."""
     action: Action
+    reason: str = Field(default="", max_length=1024)
+    """CamelCase reason of the decision (RollbackStarted, Escalated, LRReduced, Alerted,
+    RollbackBudgetExhausted, NoUsableCheckpoint, ...); the Event of that reason has the
+    evidence."""
     rule: str = Field(default="", max_length=63)
     """Rule that matched; empty for a manual request."""
     request_id: str = Field(default="", max_length=63)
@@ -138,7 +144,7 @@ class RollbackRecord(ApiModel):
     """Step the run had reached when it stopped."""
     to_step: int | None = Field(default=None, ge=0)
     """Checkpoint step the pods restored; 0 when they started from scratch (nothing
-    restored)."""
+    restored); null for the actions that launch nothing (ReduceLR, Alert, Fail)."""
     checkpoint_choice: str = Field(default="", max_length=CHOICE_MAX)
     """Why that step: the selection's verdict, a narrowed margin, a start from scratch."""
     lr_scale: float = Field(gt=0.0, le=1.0)
@@ -146,7 +152,8 @@ class RollbackRecord(ApiModel):
     skipped: tuple[SkipRange, ...] = Field(default=(), max_length=8)
     """Skip ranges this action added."""
     attempt: int = Field(ge=0)
-    """Attempt that the action launched."""
+    """Attempt that the action launched (Rollback, RestartFromLatest) or acted on (ReduceLR,
+    Alert, Fail)."""
     suspects: tuple[Suspect, ...] = Field(default=(), max_length=SUSPECTS_MAX)
     """Ranks and nodes the incident was attributed to."""
 
@@ -235,7 +242,8 @@ class StableTrainingJobStatus(ApiModel):
     checkpoints: tuple[CheckpointRecord, ...] = Field(default=(), max_length=INVENTORY_MAX)
     """Per-step inventory across tiers and nodes, newest last."""
     rollback_history: tuple[RollbackRecord, ...] = Field(default=(), max_length=HISTORY_MAX)
-    """Newest last; the oldest entries drop off."""
+    """Every decision of the policy (Rollback, RestartFromLatest, ReduceLR, Alert, Fail),
+    newest last; the oldest entries drop off (Events and metrics keep them)."""
     counters: Counters = Field(default_factory=Counters)
     suspect_nodes: tuple[SuspectNode, ...] = Field(default=(), max_length=SUSPECT_NODES_MAX)
     """Nodes recent incidents were attributed to, until each expires; relaunched pods avoid

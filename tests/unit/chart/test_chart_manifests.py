@@ -329,6 +329,33 @@ def test_agent_series_in_alerts_and_dashboard_exist() -> None:
     assert missing == set(), f"not exported by the agent: {sorted(missing)}"
 
 
+OPERATIONS_DOC = CHART.parents[1] / "docs" / "operations.md"
+
+
+def test_alert_decisions_page_people_through_the_documented_route() -> None:
+    """Before: stabletrain_operator_alerts_total counted Alert decisions and no rule read it.
+    After: StableTrainingJobAlerted fires on it, and the Alertmanager route in
+    docs/operations.md names only alerts the chart ships."""
+    rule = render(values_files=(CLUSTER_ALL_ON,)).one("PrometheusRule")
+    alerts = {r["alert"]: r for group in rule["spec"]["groups"] for r in group["rules"]}
+    alerted = alerts["StableTrainingJobAlerted"]
+    assert "stabletrain_operator_alerts_total" in alerted["expr"]
+    assert alerted["labels"]["team"] == "ml-platform", "prometheusRule.alertLabels reach it"
+    blocks = re.findall(r"```yaml\n(.*?)```", OPERATIONS_DOC.read_text(), re.DOTALL)
+    (route,) = [yaml.safe_load(b) for b in blocks if b.startswith("route:")]
+    routed = {
+        name
+        for sub in route["route"]["routes"]
+        for matcher in sub["matchers"]
+        if matcher.startswith("alertname")
+        for name in matcher.split("=", 1)[1].lstrip("~").strip('"').split("|")
+    }
+    assert "StableTrainingJobAlerted" in routed
+    assert routed <= set(alerts), f"routes name alerts the chart lacks: {routed - set(alerts)}"
+    receivers = {r["name"] for r in route["receivers"]}
+    assert {sub["receiver"] for sub in route["route"]["routes"]} <= receivers
+
+
 def test_the_dashboard_shows_what_the_issue_asks_for() -> None:
     dashboard: Manifest = json.loads((CHART / "dashboards" / "stabletrain-jobs.json").read_text())
     queried = {

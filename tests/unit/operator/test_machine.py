@@ -361,3 +361,47 @@ def test_trip_report_arriving_after_a_scrape_decision_is_counted_once() -> None:
     assert late.status.last_trip is not None
     again = advance(late.status, world(late.status, pods=tripped_pods()))
     assert again.status.counters.trips == 1
+
+
+def test_live_and_fail_decisions_are_in_the_history() -> None:
+    """Before: rollbackHistory held only the actions that relaunched (Rollback, Restart);
+    an Alert, a ReduceLR and the Fail that ended a job left no entry. After: each does."""
+    finding = FindingReport(
+        signal="GradNormSpike", anomaly_class=AnomalyClass.DIVERGENCE, onset_step=50,
+        consecutive=4, sustained=True, evidence="grad norm 10x",
+    )  # fmt: skip
+    scrapes = tuple(agent(r, step=57, firing=(finding,)) for r in (0, 1))
+    status = running()
+    alerted = advance(status, world(status, pods=(pod(0), pod(1)), scrapes=scrapes))
+    (alert,) = alerted.status.rollback_history
+    assert (alert.action, alert.reason, alert.rule, alert.signal) == (
+        Action.ALERT, "Alerted", "grad", "GradNormSpike",
+    )  # fmt: skip
+    assert (alert.onset_step, alert.from_step, alert.to_step, alert.attempt) == (50, 57, None, 0)
+
+    rules = [{"name": "grad", "onSignals": ["GradNormSpike"], "action": "ReduceLR"}]
+    job = spec(recovery={"rules": rules})
+    reduced = advance(status, world(status, spec=job, pods=(pod(0), pod(1)), scrapes=scrapes))
+    (reduce_lr,) = reduced.status.rollback_history
+    assert (reduce_lr.action, reduce_lr.reason, reduce_lr.lr_scale) == (
+        Action.REDUCE_LR, "LRReduced", 0.5,
+    )  # fmt: skip
+
+    spent = running(counters=Counters(rollbacks=2))
+    stop = advance(spent, world(spent, pods=tripped_pods()))
+    failed = advance(stop.status, world(stop.status))
+    (fail,) = failed.status.rollback_history
+    assert (fail.action, fail.reason, fail.rule, fail.onset_step, fail.from_step) == (
+        Action.FAIL, "RollbackBudgetExhausted", "nan", 55, 57,
+    )  # fmt: skip
+    assert status_json(failed.status)["rollbackHistory"][0]["action"] == "Fail"
+
+
+def test_no_usable_checkpoint_is_recorded_as_the_fail_it_is() -> None:
+    status = running(checkpoints=tuple(record(s, pfs=False) for s in (10, 20, 30)))
+    stop = advance(status, world(status, pods=tripped_pods()))
+    planning = advance(stop.status, world(stop.status))
+    failed = advance(planning.status, world(planning.status))
+    assert failed.status.phase is Phase.FAILED
+    (fail,) = failed.status.rollback_history
+    assert (fail.action, fail.reason, fail.rule) == (Action.FAIL, "NoUsableCheckpoint", "nan")
