@@ -46,6 +46,7 @@ from stabletrain_operator.plan.checkpoint import (
     no_checkpoint_decision,
     step_bound,
 )
+from stabletrain_operator.plan.confirm import Outcome, confirm_step, confirmation
 from stabletrain_operator.plan.directives import attempt_directives, live_directives
 from stabletrain_operator.plan.inventory import merged_inventory, without_abandoned
 from stabletrain_operator.plan.placement import avoided_nodes, remember_suspects, unexpired
@@ -83,7 +84,6 @@ def stop_force_after(spec: StableTrainingJobSpec) -> timedelta:
 
 RESUME_RULE = "resume"
 """Rule name of the relaunch after `suspend` is cleared; counts against no budget."""
-LR_TOLERANCE = 1e-9
 RESTART_BACKOFF_MAX = timedelta(seconds=30)
 """Restarts wait 1, 2, 4 ... s (capped) after the decision: a node or a dependency that just
 failed gets a moment, and a crash loop cannot burn the restart budget in seconds."""
@@ -374,8 +374,9 @@ def _observations(
             )
         )
     trips = _trips(current, status.attempt)
+    signals: list[Observation] = []
     if trips:
-        observations.append(trip_observation(trips))
+        signals.append(trip_observation(trips))
     else:
         broken = [p for p in current if p.state in (PodState.FAILED, PodState.GONE)]
         if broken:
@@ -397,8 +398,20 @@ def _observations(
             if verdict is not None:
                 observations.append(stalled(step=verdict.last_step, evidence=verdict.evidence))
                 incident = Incident(suspects=stall_suspects(verdict))
-    observations += scrape_observations(_fresh(status, world))
-    return observations, trips, incident
+    signals += scrape_observations(_fresh(status, world))
+    confirming = _confirming_onset(status)
+    if confirming is not None:
+        signals = [dataclasses.replace(o, recurrence_of=confirming) for o in signals]
+    return observations + signals, trips, incident
+
+
+def _confirming_onset(status: StableTrainingJobStatus) -> int | None:
+    """The onset of the rollback being confirmed: a signal before it is confirmed is a
+    recurrence of that incident, not a new one."""
+    plan = status.plan
+    if status.phase is not Phase.CONFIRMING or plan is None or plan.action is not Action.ROLLBACK:
+        return None
+    return plan.onset_step
 
 
 def _running(status: StableTrainingJobStatus, world: World) -> Step:
@@ -581,37 +594,32 @@ def _keep_running(
 
 
 def _confirm(step: Step, world: World) -> Step:
-    """Confirming -> Running once every pod runs the new directives past the resume step."""
+    """Confirming -> Running once the run is past the old onset with the signal quiet (see
+    plan/confirm.py), or unconfirmed once recovery.confirmTimeoutSeconds ran out."""
     status = step.status
     plan = status.plan
-    fresh = _fresh(status, world)
-    nodes = world.spec.workers.nodes
-    resume = plan.target_step if plan is not None and plan.target_step is not None else 0
-    applied = [
-        s
-        for s in fresh
-        if s.applied_generation >= status.directives_generation
-        and abs(s.lr_scale - status.lr_scale) <= LR_TOLERANCE
-        and s.step is not None
-        and s.step > resume
-    ]
-    if len({s.node_rank for s in applied}) < nodes:
+    if plan is None:
+        return Step(status.model_copy(update={"phase": Phase.RUNNING}), step.ledger)
+    verdict = confirmation(
+        plan,
+        _fresh(status, world),
+        nodes=world.spec.workers.nodes,
+        attempt=status.attempt,
+        directives_generation=status.directives_generation,
+        lr_scale=status.lr_scale,
+        now=world.now,
+        timeout=timedelta(seconds=world.spec.recovery.confirm_timeout_seconds),
+    )
+    if verdict.outcome is Outcome.WAITING:
         return step
-    message = (
-        f"attempt {status.attempt} runs from step {resume} with LR scale {status.lr_scale:g}; "
-        f"every pod applied directives generation {status.directives_generation}"
+    confirmed = verdict.outcome is Outcome.CONFIRMED
+    reason = Reason.ROLLBACK_CONFIRMED if confirmed else Reason.CONFIRMATION_TIMED_OUT
+    done = status.model_copy(update={"phase": Phase.RUNNING, "plan": None})
+    done = _cond(
+        done, world, ConditionType.RECOVERING, ok=False, reason=reason, message=verdict.message
     )
-    confirmed = status.model_copy(update={"phase": Phase.RUNNING, "plan": None})
-    confirmed = _cond(
-        confirmed,
-        world,
-        ConditionType.RECOVERING,
-        ok=False,
-        reason=Reason.ROLLBACK_CONFIRMED,
-        message=message,
-    )
-    event = Event("Normal", Reason.ROLLBACK_CONFIRMED, message)
-    return Step(confirmed, step.ledger, events=(*step.events, event))
+    event = Event("Normal" if confirmed else "Warning", reason, verdict.message[:1024])
+    return Step(done, step.ledger, events=(*step.events, event))
 
 
 def _suspend(status: StableTrainingJobStatus, world: World) -> Step:
@@ -749,6 +757,10 @@ def _stop_for(
         recurrence=decision.escalation_level,
         suspects=incident.suspects[:8],
         backoff_seconds=decision.backoff_seconds,
+        confirm_step=confirm_step(
+            decision.action, decision.signal, decision.onset_step, world.spec.detection
+        ),
+        loss_baseline=_pre_spike_baseline(status),
     )
     suspect_nodes, suspect_events = remember_suspects(
         status.suspect_nodes, incident.suspects, world.spec.recovery.placement, now=world.now
@@ -797,6 +809,14 @@ def _stop_for(
         events=(event, *(Event("Warning", Reason.SUSPECT_NODE, m) for m in suspect_events)),
         decision=decision,
     )
+
+
+def _pre_spike_baseline(status: StableTrainingJobStatus) -> float | None:
+    """The baseline to compare the confirmed run with: the one a plan being replaced by a
+    recurrence carried (the level before the first spike), else the newest scraped one."""
+    if status.plan is not None and status.plan.loss_baseline is not None:
+        return status.plan.loss_baseline
+    return status.loss_baseline
 
 
 # --- Stopping -------------------------------------------------------------------------------

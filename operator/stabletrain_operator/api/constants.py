@@ -90,6 +90,8 @@ class Reason(StrEnum):
     TRIPPED = "Tripped"
     ROLLBACK_STARTED = "RollbackStarted"
     ROLLBACK_CONFIRMED = "RollbackConfirmed"
+    CONFIRMATION_TIMED_OUT = "ConfirmationTimedOut"
+    """The relaunched run did not pass the old onset with the signal quiet in time."""
     RESTART_STARTED = "RestartStarted"
     LR_REDUCED = "LRReduced"
     ALERTED = "Alerted"

@@ -411,6 +411,12 @@ class RecoverySpec(ApiModel):
     escalation: EscalationSpec = Field(default_factory=EscalationSpec)
     placement: PlacementSpec = Field(default_factory=PlacementSpec)
     crash_loop: CrashLoopSpec = Field(default_factory=CrashLoopSpec)
+    confirm_timeout_seconds: int = Field(default=10_800, ge=60, le=7 * 86_400)
+    """How long after a rollback's decision the run may take to pass the old onset plus the
+    detection window with the signal quiet (phase Confirming). Past it the job goes back to
+    Running unconfirmed: condition Recovering=False with reason ConfirmationTimedOut and a
+    Warning Event. 3 h by default: a large model may take that long to redo a few hundred
+    steps."""
 
     @model_validator(mode="after")
     def _unique_names(self) -> Self:

@@ -202,6 +202,13 @@ class Plan(ApiModel):
     """Ranks and nodes the incident is attributed to."""
     backoff_seconds: int | None = Field(default=None, ge=0)
     """Crash loop with recovery.crashLoop.action Backoff: the relaunch waits this long."""
+    confirm_step: int | None = Field(default=None, ge=0)
+    """Step every pod must pass with the signal quiet before Confirming ends: the onset
+    plus the signal's detection window (its consecutiveSteps). Null for actions without an
+    onset, confirmed once every pod runs the new directives."""
+    loss_baseline: float | None = Field(default=None, allow_inf_nan=False)
+    """The loss baseline when the action was decided (the pre-spike level): the
+    RollbackConfirmed Event states the loss against it."""
 
 
 class StableTrainingJobStatus(ApiModel):

@@ -64,6 +64,9 @@ def rollback(
     level = 0
     if anchor is not None:
         level = len(ledger.rollbacks_near(anchor, recovery.escalation.within_steps))
+    if observation.recurrence_of is not None:
+        same = ledger.rollbacks_near(observation.recurrence_of, recovery.escalation.within_steps)
+        level = max(level, len(same), 1)
     if level > recovery.escalation.max_recurrences:
         return _final_action(recovery, observation, ledger, level)
     budget = recovery.budgets.max_rollbacks

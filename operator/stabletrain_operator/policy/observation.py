@@ -60,6 +60,9 @@ class Observation:
     """Manual requests only: multiply the LR scale by this; None keeps it."""
     skip: tuple[SkipRange, ...] = ()
     """Manual requests only: data to skip in addition to the active ranges."""
+    recurrence_of: int | None = None
+    """Onset of the rollback still being confirmed when this was seen: the same incident,
+    so a rollback escalates whatever the distance between the onsets."""
     suspect_shards: tuple[str, ...] = ()
     """Trip reports only: every shard the lineage of the spike window names, most suspect
     first; empty when the loop keeps no lineage or the report had to cut the list."""

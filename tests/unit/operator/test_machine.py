@@ -13,6 +13,7 @@ from stabletrain_agent.contract.channel import FindingReport
 from stabletrain_agent.contract.directives import SkipRange
 from stabletrain_agent.contract.names import Action, AnomalyClass
 from stabletrain_operator.api.constants import Phase
+from stabletrain_operator.api.spec import EscalationSpec
 from stabletrain_operator.api.status import Counters, StableTrainingJobStatus
 from stabletrain_operator.machine import Step, World, advance
 from stabletrain_operator.observe.pods import PodState
@@ -113,14 +114,88 @@ def test_nan_trip_runs_the_whole_rollback_once() -> None:
         confirming.status, world(confirming.status, pods=new_pods, scrapes=tuple(not_yet))
     )
     assert waiting.status.phase is Phase.CONFIRMING, "step 40 is not beyond the resume step"
-    applied = [agent(r, attempt=1, step=41, generation=2, lr_scale=0.5) for r in (0, 1)]
-    done = advance(
-        confirming.status, world(confirming.status, pods=new_pods, scrapes=tuple(applied))
-    )
+    done = confirm_past(confirming.status, step=59)
     assert done.status.phase is Phase.RUNNING
     assert done.status.plan is None
     assert conditions(done)["Recovering"] == ("False", "RollbackConfirmed")
     assert done.status.counters.rollbacks == 1
+
+
+def confirm_past(
+    status: StableTrainingJobStatus, *, step: int, firing: tuple[FindingReport, ...] = (),
+    seconds: float = 0.0,
+) -> Step:  # fmt: skip
+    """One Confirming tick of attempt 1 whose pods both report `step` on the new directives."""
+    pods = (pod(0, attempt=1), pod(1, attempt=1))
+    scrapes = tuple(
+        agent(r, attempt=1, step=step, generation=2, lr_scale=0.5, firing=firing) for r in (0, 1)
+    )
+    now = T0 + timedelta(seconds=seconds)
+    return advance(status, world(status, pods=pods, scrapes=scrapes, now=now))
+
+
+def relaunched_after_nan_trip() -> StableTrainingJobStatus:
+    status = running(loss_baseline=1.6)
+    step = advance(status, world(status, pods=tripped_pods()))
+    for _ in range(3):  # Stopping -> Planning -> Relaunching -> Confirming
+        step = advance(step.status, world(step.status, ledger=step.ledger))
+    assert step.status.phase is Phase.CONFIRMING
+    return step.status
+
+
+def test_confirming_lasts_until_the_old_onset_and_its_window_pass_quietly() -> None:
+    """Before: Confirming ended at the first step past the resume step (41) on the new
+    directives. After: it lasts until every pod is past onset 55 + nonFinite's 3-step window
+    with the signal quiet, and the Event states the step and the loss against the baseline."""
+    status = relaunched_after_nan_trip()
+    plan = status.plan
+    assert plan is not None
+    assert (plan.confirm_step, plan.loss_baseline) == (58, 1.6)
+    assert confirm_past(status, step=41).status.phase is Phase.CONFIRMING
+    assert confirm_past(status, step=58).status.phase is Phase.CONFIRMING, "not past 58 yet"
+    nan = FindingReport(signal="NonFinite", anomaly_class=AnomalyClass.NUMERICAL, onset_step=59,
+                        consecutive=1, sustained=False)  # fmt: skip
+    firing = confirm_past(status, step=60, firing=(nan,))
+    assert firing.status.phase is Phase.CONFIRMING, "the signal fires: not quiet"
+    done = confirm_past(status, step=60)
+    assert done.status.phase is Phase.RUNNING
+    (event,) = [e for e in done.events if e.reason == "RollbackConfirmed"]
+    assert "passed step 58 (onset 55 + 3-step detection window) with NonFinite quiet" in (
+        event.message
+    )
+    assert "loss 2 against the pre-spike baseline 1.6 (1.25x)" in event.message
+
+
+def test_a_trip_while_confirming_is_the_same_incident_and_escalates() -> None:
+    """Even when the new onset is further from the old one than escalation.withinSteps."""
+    status = relaunched_after_nan_trip()
+    recovery = spec().recovery.model_copy(
+        update={"escalation": EscalationSpec(within_steps=0, max_recurrences=2)}
+    )
+    job = spec(recovery=recovery.model_dump(by_alias=True))
+    pods = tuple(
+        pod(rank, attempt=1, state=PodState.FAILED, report=trip(node, onset=50, attempt=1))
+        for rank, node in enumerate(("node-a", "node-b"))
+    )
+    again = advance(status, world(status, spec=job, pods=pods))
+    assert again.status.phase is Phase.STOPPING
+    assert again.decision is not None
+    assert (again.decision.reason, again.decision.escalation_level) == ("Escalated", 1)
+    assert again.status.plan is not None
+    assert again.status.plan.loss_baseline == 1.6, "still the level before the first spike"
+
+
+def test_confirming_times_out_into_running_unconfirmed() -> None:
+    status = relaunched_after_nan_trip()
+    timeout = spec().recovery.confirm_timeout_seconds
+    assert confirm_past(status, step=50, seconds=timeout - 1).status.phase is Phase.CONFIRMING
+    late = confirm_past(status, step=50, seconds=timeout)
+    assert late.status.phase is Phase.RUNNING
+    assert conditions(late)["Recovering"] == ("False", "ConfirmationTimedOut")
+    (event,) = late.events
+    assert event.type == "Warning"
+    assert "did not pass step 58" in event.message
+    assert "it reached step 50" in event.message
 
 
 def test_checkpoint_without_pfs_copy_is_passed_over() -> None:
