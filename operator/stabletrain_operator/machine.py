@@ -82,6 +82,9 @@ def stop_force_after(spec: StableTrainingJobSpec) -> timedelta:
     return timedelta(seconds=grace_seconds(spec)) + STOP_FORCE_MARGIN
 
 
+SUSPEND_SAVE = timedelta(seconds=120)
+"""How long spec.suspend waits for the pods' final checkpoint before it stops them anyway
+(the agent gives the PFS copy 60 s of it)."""
 RESUME_RULE = "resume"
 """Rule name of the relaunch after `suspend` is cleared; counts against no budget."""
 RESTART_BACKOFF_MAX = timedelta(seconds=30)
@@ -623,20 +626,87 @@ def _confirm(step: Step, world: World) -> Step:
 
 
 def _suspend(status: StableTrainingJobStatus, world: World) -> Step:
-    stopping = status.model_copy(update={"phase": Phase.STOPPING, "plan": None})
+    """spec.suspend: ask every pod for a final checkpoint (a live directive), wait for each
+    to report it saved and flushed to the PFS, at most SUSPEND_SAVE_SECONDS, then stop."""
+    reachable = tuple(
+        sorted(p.name for p in _current(status, world) if p.state is PodState.RUNNING and p.ip)
+    )
+    request = status.save_request
+    if request is None:
+        if not reachable or world.attempt_directives is None:
+            return _stop_suspended(status, world, "no pod runs to save a final checkpoint")
+        request = status.directives_generation + 1
+        saving = status.model_copy(
+            update={"save_request": request, "directives_generation": request}
+        )
+        message = (
+            f"spec.suspend is true: every pod saves a final checkpoint (at most "
+            f"{SUSPEND_SAVE.total_seconds():.0f} s), then every pod stops"
+        )
+        saving = _cond(
+            saving,
+            world,
+            ConditionType.SUSPENDED,
+            ok=True,
+            reason=Reason.SAVING_BEFORE_SUSPEND,
+            message=message,
+        )
+        live = live_directives(
+            world.attempt_directives,
+            generation=request,
+            lr_scale=status.lr_scale,
+            save_request=request,
+        )
+        event = Event("Normal", Reason.SAVING_BEFORE_SUSPEND, message)
+        return Step(saving, world.ledger, live=live, live_pods=reachable, events=(event,))
+    fresh = _fresh(status, world)
+    answered = {s.node_rank: s.saved_step for s in fresh if s.saved_request >= request}
+    waited = world.now - _suspended_since(status, world)
+    if len(answered) < world.spec.workers.nodes and reachable and waited < SUSPEND_SAVE:
+        lagging = tuple(
+            sorted(
+                r.pod for r in world.scrapes if r.status and r.status.applied_generation < request
+            )
+        )
+        resend: Directives | None = None
+        if lagging and world.attempt_directives is not None:
+            resend = live_directives(
+                world.attempt_directives,
+                generation=request,
+                lr_scale=status.lr_scale,
+                save_request=request,
+            )
+        return Step(status, world.ledger, live=resend, live_pods=lagging if resend else ())
+    saved = {step for step in answered.values()}
+    if len(answered) >= world.spec.workers.nodes and len(saved) == 1 and None not in saved:
+        why = f"every pod saved the final checkpoint of step {saved.pop()} to both tiers"
+    else:
+        why = (
+            f"{len(answered)} of {world.spec.workers.nodes} pod(s) saved a final checkpoint "
+            f"within {waited.total_seconds():.0f} s (steps {sorted(s for s in saved if s)}); "
+            "resuming continues from the newest stable checkpoint"
+        )
+    return _stop_suspended(status, world, why)
+
+
+def _stop_suspended(status: StableTrainingJobStatus, world: World, why: str) -> Step:
+    stopping = status.model_copy(
+        update={"phase": Phase.STOPPING, "plan": None, "save_request": None}
+    )
+    message = f"spec.suspend is true: {why}; stopping every pod"
     stopping = _cond(
         stopping,
         world,
         ConditionType.SUSPENDED,
         ok=True,
         reason=Reason.SUSPENDED,
-        message="spec.suspend is true: stopping every pod",
+        message=message,
     )
     return Step(
         stopping,
         world.ledger,
         delete_pods=tuple(p.name for p in world.pods),
-        events=(Event("Normal", Reason.SUSPENDED, "suspending: stopping every pod"),),
+        events=(Event("Normal", Reason.SUSPENDED, message),),
     )
 
 

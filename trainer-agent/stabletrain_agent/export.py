@@ -167,6 +167,8 @@ class _StatusParts:
     pfs_message: str = ""
     latest_trip: TripReport | None = None
     preflight: PreflightFacts | None = None
+    saved_request: int = 0
+    saved_step: int | None = None
 
 
 class AgentExporter:
@@ -286,6 +288,11 @@ class AgentExporter:
                 self._parts, pfs_available=available, pfs_message=shown
             )
 
+    def set_saved(self, request: int, step: int | None) -> None:
+        """A save request answered: the step saved and flushed, or None when none was."""
+        with self._parts_lock:
+            self._parts = dataclasses.replace(self._parts, saved_request=request, saved_step=step)
+
     def set_preflight(self, facts: PreflightFacts) -> None:
         """The run's start-up facts, shown in the status endpoint for the operator's checklist."""
         with self._parts_lock:
@@ -328,6 +335,8 @@ class AgentExporter:
             latest_trip=parts.latest_trip,
             preflight=parts.preflight,
             heartbeat=self._heartbeat.read(),
+            saved_request=parts.saved_request,
+            saved_step=parts.saved_step,
         )
 
     def authorized(self, authorization: str | None) -> bool:

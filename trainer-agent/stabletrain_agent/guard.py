@@ -64,6 +64,9 @@ from stabletrain_agent.trip import TrainingTripped, build_trip_report, write_ter
 STATE_VERSION = 1
 CHECKPOINT_FLUSH_SECONDS = 60.0
 """How long a trip waits for in-flight checkpoint saves before the process exits."""
+SAVE_REQUEST_FLUSH_SECONDS = 60.0
+"""How long a requested save (before a suspend) may take to reach the PFS; the operator
+stops the pods after SUSPEND_SAVE_SECONDS whatever happens, which is longer."""
 
 
 class DirectiveFeed(Protocol):
@@ -91,6 +94,18 @@ class Checkpoints(Protocol):
     def is_save_step(self, step: int) -> bool:
         """Whether the job saves after `step` (spec.checkpoints.intervalSteps)."""
         ...
+
+    def save(
+        self,
+        step: int,
+        *,
+        stable: bool,
+        spike_marker: bool = False,
+        anomalies: Sequence[str] = (),
+        baseline: Mapping[str, float] | None = None,
+    ) -> object: ...
+
+    def wait(self) -> None: ...
 
     def flush(self, deadline_s: float, before_step: int | None = None) -> object: ...
 
@@ -176,6 +191,8 @@ class Guard:
         """Optimizer steps finished (skipped ones included): the step the next one follows."""
         self.skipped_steps = 0
         self.applied: Directives | None = None
+        self.saved_request = 0
+        """The newest directives save_request answered (a pod starts with its ConfigMap's)."""
         self._steps_since_start = 0
         self._lineage_written: set[int] = set()
         self._last_step_end = time.perf_counter()
@@ -328,6 +345,7 @@ class Guard:
         self._write_sustained_lineage(verdict)
         if agreed.ranks_with_newer_directives:
             self._adopt_newest(latest)
+            self._save_if_requested(verdict)
         if verdict.trip:
             self._trip(verdict)
         self._last_step_end = time.perf_counter()
@@ -471,6 +489,8 @@ class Guard:
         if directives.resume_step is not None:
             self.lr.start_rewarmup(directives.resume_step, directives.rewarmup_steps)
         self.monitor.reconfigure(directives.detection, directives.trip_on)
+        if at_start:
+            self.saved_request = max(self.saved_request, directives.save_request)
         if at_start and self.data is not None:
             self.data.set_skip(
                 skip_list_from_directives(
@@ -480,6 +500,43 @@ class Guard:
                 )
             )
         self.applied = directives
+
+    def _save_if_requested(self, verdict: Verdict) -> None:
+        """The operator asked for a checkpoint now (it is about to stop the pods): save this
+        step on every rank (all adopted the request at this step) and flush it to the PFS.
+
+        A step inside an anomaly is saved as a spike marker, never as a resume point. The
+        answer is reported whatever happens, so the operator need not wait out its bound.
+        """
+        applied = self.applied
+        if applied is None or applied.save_request <= self.saved_request:
+            return
+        self.saved_request = applied.save_request
+        saved: int | None = None
+        if self.checkpoints is not None and not verdict.trip:
+            anomalous = bool(verdict.findings)
+            baseline = self.monitor.snapshot().loss_baseline
+            try:
+                self.checkpoints.save(
+                    self.global_step,
+                    stable=not anomalous,
+                    spike_marker=anomalous,
+                    anomalies=[str(f.signal) for f in verdict.findings],
+                    baseline={"loss": baseline} if baseline is not None else {},
+                )
+                self.checkpoints.wait()
+                self.checkpoints.flush(SAVE_REQUEST_FLUSH_SECONDS)
+                listed = {(r.step, r.attempt) for r in self.checkpoints.inventory()}
+                if (self.global_step, self.env.attempt) in listed:
+                    saved = self.global_step  # also when the loop had saved this step
+            except Exception as error:  # the run goes on; the operator stops it anyway
+                print(f"stabletrain: requested checkpoint not saved: {error!r}", file=sys.stderr)
+        if self.exporter is not None:
+            self._export_checkpoints()  # the operator resumes from what this lists
+            self.exporter.set_saved(applied.save_request, saved)
+        if self.env.local_rank == 0:
+            where = "no checkpoint" if saved is None else f"checkpoint of step {saved}"
+            print(f"stabletrain: save request {applied.save_request}: {where}", flush=True)
 
     def _write_sustained_lineage(self, verdict: Verdict) -> None:
         for finding in verdict.findings:

@@ -107,6 +107,8 @@ class Reason(StrEnum):
     FAILED_BY_POLICY = "FailedByPolicy"
     MANUAL_ROLLBACK = "ManualRollback"
     SUSPENDED = "Suspended"
+    SAVING_BEFORE_SUSPEND = "SavingBeforeSuspend"
+    """spec.suspend: the pods save a final checkpoint before they are stopped."""
     RESUMED = "Resumed"
     TRAINING_COMPLETE = "TrainingComplete"
     STALLED = "Stalled"

@@ -486,8 +486,9 @@ class StableTrainingJobSpec(ApiModel):
     detection: DetectionConfig = Field(default_factory=DetectionConfig)
     recovery: RecoverySpec = Field(default_factory=RecoverySpec)
     suspend: bool = False
-    """True stops all pods (after a final checkpoint save request) without counting a fault;
-    false again relaunches from the newest stable checkpoint."""
+    """True asks every pod for a final checkpoint (saved on the local tier and flushed to
+    the PFS), then stops all pods once each saved it or after 120 s, without counting a
+    fault; false again relaunches from the newest stable checkpoint (the final one)."""
     manual_rollback: ManualRollbackSpec | None = None
     preflight: PreflightSpec = Field(default_factory=PreflightSpec)
 

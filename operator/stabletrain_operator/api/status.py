@@ -265,6 +265,9 @@ class StableTrainingJobStatus(ApiModel):
     last_trip: TripReport | None = None
     """The newest trip report as the pod left it, except that a non-finite value or
     threshold is stored as null (JSON numbers cannot be NaN)."""
+    save_request: int | None = Field(default=None, ge=1)
+    """While spec.suspend waits for the final checkpoint: the directives generation that
+    asked every pod to save now; cleared when the pods are stopped."""
     last_manual_request_id: str | None = Field(default=None, max_length=63)
     """spec.manualRollback.requestId handled last: a request with this id does not run again."""
     policy_ledger: dict[str, Any] | None = Field(default=None, json_schema_extra=PRESERVE_UNKNOWN)

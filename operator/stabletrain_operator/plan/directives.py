@@ -37,10 +37,16 @@ def attempt_directives(
     )
 
 
-def live_directives(base: Directives, *, generation: int, lr_scale: float) -> Directives:
-    """The attempt's directives with a new LR scale: what a ReduceLR PUTs to every pod.
+def live_directives(
+    base: Directives, *, generation: int, lr_scale: float, save_request: int | None = None
+) -> Directives:
+    """The attempt's directives with a new LR scale (what a ReduceLR PUTs to every pod) and,
+    before a suspend, the request for a checkpoint now.
 
     Resume step and skip list stay those of the attempt (the agent refuses a live change
     of the resume step); the re-warm-up continues from the same resume step.
     """
-    return base.model_copy(update={"generation": generation, "lr_scale": lr_scale})
+    update: dict[str, object] = {"generation": generation, "lr_scale": lr_scale}
+    if save_request is not None:
+        update["save_request"] = save_request
+    return base.model_copy(update=update)

@@ -326,22 +326,70 @@ def test_pending_launches_attempt_zero() -> None:
     assert step.launch.directives.trip_on == ("NonFinite", "LossSpike")
 
 
-def test_suspend_stops_and_resume_relaunches_from_newest_checkpoint() -> None:
+def test_suspend_saves_first_then_stops_and_resume_relaunches_from_that_save() -> None:
+    """Before: spec.suspend deleted the pods at once (the docs promised a final save). After:
+    a live directive asks every pod to save now; the pods are stopped once each reports
+    the checkpoint saved, and resuming starts from it."""
     status = running()
     suspended_spec = spec(suspend=True)
-    stopping = advance(status, world(status, spec=suspended_spec, pods=(pod(0), pod(1))))
+    base = attempt_directives(suspended_spec, generation=1, attempt=0, resume_step=None,
+                              lr_scale=1.0, rewarmup_steps=0, skip=())  # fmt: skip
+    pods = (pod(0), pod(1))
+    asking = advance(status, world(status, spec=suspended_spec, pods=pods, attempt_directives=base))
+    assert asking.status.phase is Phase.RUNNING
+    assert not asking.delete_pods
+    assert asking.live is not None
+    assert (asking.live.generation, asking.live.save_request) == (2, 2)
+    assert asking.live_pods == ("job-a0-0", "job-a0-1")
+    assert conditions(asking)["Suspended"] == ("True", "SavingBeforeSuspend")
+    saving = asking.status
+    half = (agent(0, step=63, generation=2, saved_request=2, saved_step=63),
+            agent(1, step=63, generation=2))  # fmt: skip
+    waiting = advance(saving, world(saving, spec=suspended_spec, pods=pods, scrapes=half))
+    assert waiting.status.phase is Phase.RUNNING, "one pod has not saved yet"
+    both = tuple(
+        agent(r, step=63, generation=2, records=(*CHECKPOINTS, record(63)), saved_request=2,
+              saved_step=63)
+        for r in (0, 1)
+    )  # fmt: skip
+    stopping = advance(saving, world(saving, spec=suspended_spec, pods=pods, scrapes=both))
     assert stopping.status.phase is Phase.STOPPING
     assert stopping.delete_pods == ("job-a0-0", "job-a0-1")
+    (event,) = stopping.events
+    assert "every pod saved the final checkpoint of step 63" in event.message
     suspended = advance(stopping.status, world(stopping.status, spec=suspended_spec))
     assert suspended.status.phase is Phase.SUSPENDED
     planning = advance(suspended.status, world(suspended.status))
     assert planning.status.phase is Phase.PLANNING
     planned = advance(planning.status, world(planning.status))
     assert planned.status.plan is not None
-    assert planned.status.plan.target_step == 50
+    assert planned.status.plan.target_step == 63, "the final checkpoint"
     relaunched = advance(planned.status, world(planned.status))
     assert relaunched.status.counters == Counters(), "resuming spends no budget"
     assert relaunched.status.rollback_history == ()
+
+
+def test_suspend_stops_the_pods_after_its_bound_without_an_answer() -> None:
+    status = running()
+    job = spec(suspend=True)
+    base = attempt_directives(job, generation=1, attempt=0, resume_step=None, lr_scale=1.0,
+                              rewarmup_steps=0, skip=())  # fmt: skip
+    pods = (pod(0), pod(1))
+    saving = advance(status, world(status, spec=job, pods=pods, attempt_directives=base)).status
+    silent = tuple(agent(r, step=63, generation=1) for r in (0, 1))
+    soon = T0 + timedelta(seconds=119)
+    early = advance(
+        saving,
+        world(saving, spec=job, pods=pods, scrapes=silent, attempt_directives=base, now=soon),
+    )
+    assert early.status.phase is Phase.RUNNING
+    assert early.live is not None, "pods that did not apply the request get it again"
+    assert early.live_pods == ("job-a0-0", "job-a0-1")
+    bound = T0 + timedelta(seconds=120)
+    late = advance(saving, world(saving, spec=job, pods=pods, scrapes=silent, now=bound))
+    assert late.status.phase is Phase.STOPPING
+    assert late.delete_pods == ("job-a0-0", "job-a0-1")
+    assert "0 of 2 pod(s) saved a final checkpoint within 120 s" in late.events[0].message
 
 
 @pytest.mark.parametrize("phase", [Phase.STOPPING, Phase.PLANNING, Phase.RELAUNCHING])

@@ -267,6 +267,7 @@ class CheckpointManager:
         self._stager = DefaultStager(StagingOptions(False, False, False, False))
         self._cache = VerifyCache()
         self._in_flight: _Save | None = None
+        self._last_saved_step: int | None = None
         self._started = False
         self._protected: tuple[tuple[int, int], ...] = ()
         self._episode: int | None = None
@@ -329,10 +330,13 @@ class CheckpointManager:
         retention keeps the earliest markers of an episode, so a later one would only be
         deleted again.  An episode runs from the first marker to the next regular save.
         Returns whether a save was started; every rank makes the same calls, so every rank
-        skips the same ones.
+        skips the same ones. A step this attempt saved already is not saved again: the guard
+        saves on the operator's request (before a suspend) at a step the loop may save too.
         """
         if not self._started:
             raise RuntimeError("call restore() before the first save: it starts the attempt")
+        if step == self._last_saved_step:
+            return False
         episode = None
         if spike_marker:
             if self._episode is None:
@@ -347,6 +351,7 @@ class CheckpointManager:
             episode = self._episode
         else:
             self._episode = None
+        self._last_saved_step = step
         self.wait()
         check_not_stale(self.config.local_root, self.config.attempt)
         temp = local_temp_dir(self.config.local_root, step, self.config.attempt)

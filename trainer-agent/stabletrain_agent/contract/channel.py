@@ -210,6 +210,12 @@ class AgentStatus(ContractModel):
     judges them."""
     heartbeat: Heartbeat | None = None
     """Progress of the serving rank; the operator decides Stalled from it."""
+    saved_request: int = Field(default=0, ge=0)
+    """The newest directives `saveRequest` this pod answered: its checkpoint is written
+    and flushed to the PFS (or could not be, see savedStep)."""
+    saved_step: int | None = Field(default=None, ge=0)
+    """Step of the checkpoint saved for savedRequest; null when none could be saved (no
+    checkpoint manager attached to the guard, or the save failed)."""
 
 
 def parse_agent_status(payload: str | bytes) -> AgentStatus:

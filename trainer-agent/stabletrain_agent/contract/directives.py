@@ -91,6 +91,10 @@ class Directives(ContractModel):
     spiked in the first place."""
     skip: tuple[SkipRange, ...] = ()
     """Data never to be consumed again, across all attempts so far."""
+    save_request: int = Field(default=0, ge=0)
+    """Grows when the operator asks for a checkpoint now (before it stops the pods for
+    spec.suspend): every rank saves at the step it adopts these directives, the copy is
+    flushed to the PFS, and the status endpoint reports the request as `savedRequest`."""
     detection: DetectionConfig = Field(default_factory=DetectionConfig)
     trip_on: tuple[str, ...] = DEFAULT_TRIP_ON
     """Sustained signals that stop training on every rank at once and leave a trip report.
