@@ -711,6 +711,24 @@ def _stop_suspended(status: StableTrainingJobStatus, world: World, why: str) -> 
 
 
 def _succeeded(status: StableTrainingJobStatus, world: World) -> Step:
+    """Training complete. A relaunch still Confirming is confirmed by it: every pod trained
+    to the end, past the old onset, and none tripped (a scrape may not have seen it pass)."""
+    events: tuple[Event, ...] = ()
+    plan = status.plan
+    if status.phase is Phase.CONFIRMING and plan is not None:
+        bar = plan.confirm_step if plan.confirm_step is not None else plan.target_step
+        confirmed = (
+            f"attempt {status.attempt} trained to the end past step {bar or 0} without a trip"
+        )
+        status = _cond(
+            status,
+            world,
+            ConditionType.RECOVERING,
+            ok=False,
+            reason=Reason.ROLLBACK_CONFIRMED,
+            message=confirmed,
+        )
+        events = (Event("Normal", Reason.ROLLBACK_CONFIRMED, confirmed),)
     done = status.model_copy(update={"phase": Phase.SUCCEEDED, "plan": None})
     message = f"every worker of attempt {status.attempt} succeeded"
     done = _cond(
@@ -724,7 +742,8 @@ def _succeeded(status: StableTrainingJobStatus, world: World) -> Step:
     done = _cond(
         done, world, ConditionType.READY, ok=False, reason=Reason.TRAINING_COMPLETE, message=message
     )
-    return Step(done, world.ledger, events=(Event("Normal", Reason.TRAINING_COMPLETE, message),))
+    complete = Event("Normal", Reason.TRAINING_COMPLETE, message)
+    return Step(done, world.ledger, events=(*events, complete))
 
 
 def _act(

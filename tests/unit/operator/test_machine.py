@@ -528,3 +528,13 @@ def test_no_usable_checkpoint_is_recorded_as_the_fail_it_is() -> None:
     assert failed.status.phase is Phase.FAILED
     (fail,) = failed.status.rollback_history
     assert (fail.action, fail.reason, fail.rule) == (Action.FAIL, "NoUsableCheckpoint", "nan")
+
+
+def test_training_complete_while_confirming_confirms_the_rollback() -> None:
+    status = relaunched_after_nan_trip()
+    finished = tuple(pod(r, attempt=1, state=PodState.SUCCEEDED) for r in (0, 1))
+    done = advance(status, world(status, pods=finished))
+    assert done.status.phase is Phase.SUCCEEDED
+    assert conditions(done)["Recovering"] == ("False", "RollbackConfirmed")
+    assert [e.reason for e in done.events] == ["RollbackConfirmed", "TrainingComplete"]
+    assert "past step 58 without a trip" in done.events[0].message
