@@ -76,7 +76,11 @@ def test_validation_loss_jump_alerts_and_replay_alerts_the_same(
     live = re.search(r"alerts on (\S+) \((\w+)\) at step (\d+)", alerted[0]["message"])
     assert live is not None, alerted[0]["message"]
     assert alerts_metric(operator, "custom:val_loss_jump") == 1
-    assert not done.get("rollbackHistory"), "an Alert changes nothing in the run"
+    (recorded,) = done["rollbackHistory"]  # the decision is on the record, nothing else ran
+    assert (recorded["action"], recorded["rule"], recorded["reason"]) == (
+        "Alert", "validation-loss", "Alerted",
+    )  # fmt: skip
+    assert recorded["attempt"] == done["attempt"] == 0, "an Alert changes nothing in the run"
 
     csv = local_cluster.shared_dir / job_namespace / "pfs" / "val.csv"
     (decision,) = replay(tmp_path, csv, rule)
@@ -105,6 +109,10 @@ def test_custom_signal_trip_fails_the_job_at_the_step_replay_decides(
     assert jobs.pods("valfail") == [], "a failed job keeps no pods"
     reasons = [e["reason"] for e in jobs.events("valfail")]
     assert conditions["Failed"]["reason"] in reasons
+    (recorded,) = failed["rollbackHistory"]
+    assert (recorded["action"], recorded["rule"], recorded["onsetStep"]) == (
+        "Fail", "validation-loss", trip["onsetStep"],
+    )  # fmt: skip
 
     csv = local_cluster.shared_dir / job_namespace / "pfs" / "valfail.csv"
     (decision,) = replay(tmp_path, csv, rule)
