@@ -422,6 +422,8 @@ def _running(status: StableTrainingJobStatus, world: World) -> Step:
     status = _with_numbers(status, world)
     if world.spec.suspend and status.phase is Phase.RUNNING:
         return _suspend(status, world)
+    if status.save_request is not None:  # suspend was withdrawn while the pods saved
+        status = status.model_copy(update={"save_request": None})
     nodes = world.spec.workers.nodes
     if sum(p.state is PodState.SUCCEEDED for p in current) >= nodes:
         return _succeeded(status, world)
