@@ -131,7 +131,8 @@ def conditions_table(status: StableTrainingJobStatus, *, now: datetime) -> str:
 
 
 def history_view(job: dict[str, Any], events: list[dict[str, Any]], *, now: datetime) -> str:
-    """Rollbacks and restarts from status, then the job's Events, which carry the evidence."""
+    """Every decision from status (rollbacks, restarts, ReduceLR, Alert, Fail), then the
+    job's Events, which carry the evidence."""
     status = job_status(job)
     lines = [f"History of {job['metadata']['namespace']}/{job['metadata']['name']}:"]
     if status.rollback_history:
