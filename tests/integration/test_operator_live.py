@@ -29,6 +29,10 @@ def test_reduce_lr_rule_lowers_the_lr_live_without_a_restart(
     assert done["attempt"] == 0, "no restart"
     assert done["counters"]["lrReductions"] == 1
     assert done["counters"]["rollbacks"] == done["counters"]["restarts"] == 0
+    (recorded,) = done["rollbackHistory"]
+    assert (recorded["action"], recorded["reason"], recorded["lrScale"]) == (
+        "ReduceLR", "LRReduced", 0.5,
+    )  # fmt: skip
     for rank in (0, 1):
         steps = worker_log(local_cluster, job_namespace, attempt=0, rank=rank)
         changed = next(r for r in steps if r["generation"] == 2)
@@ -56,7 +60,10 @@ def test_alert_rule_changes_only_status_event_and_metric(
     assert done["lrScale"] == 1
     assert done["directivesGeneration"] == 1
     assert done["counters"]["alerts"] == 1, "one alert for the episode"
-    assert done["rollbackHistory"] == []
+    (recorded,) = done["rollbackHistory"]  # on the record, and nothing relaunched
+    assert (recorded["action"], recorded["reason"], recorded["signal"], recorded["attempt"]) == (
+        "Alert", "Alerted", "GradNormSpike", 0,
+    )  # fmt: skip
     assert metric(operator, "stabletrain_operator_alerts_total", signal="GradNormSpike") == 1
     warnings = [e for e in jobs.events("alert") if e["type"] == "Warning"]
     assert any("GradNormSpike" in e["message"] or "Alert" in e["message"] for e in warnings)

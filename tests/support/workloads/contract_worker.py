@@ -130,6 +130,7 @@ def main() -> int:
         print(f"contract_worker: {message}", file=sys.stderr)
         return RESTORE_EXIT_CODE
     applied = directives
+    answered = directives.save_request
     try:
         for step in range(start + 1, steps + 1):
             latest = source.latest() or applied
@@ -182,10 +183,15 @@ def main() -> int:
                         (tier / f"step-{gone}" / f"rank-{rank}.json").unlink(missing_ok=True)
                 print(f"contract_worker: tripped at step {step}: {report.signal}", file=sys.stderr)
                 return 1
-            if step % every == 0:
+            requested = applied.save_request > answered
+            if step % every == 0 or requested:
                 _save(local, pfs, step, attempt=attempt, rank=rank, no_pfs=no_pfs)
             if exporter is not None:
                 exporter.set_inventory(_inventory(local, pfs, node, ranks))
+            if requested:  # before a suspend: a checkpoint now, on both tiers, reported
+                answered = applied.save_request
+                if exporter is not None:
+                    exporter.set_saved(answered, step)
             time.sleep(pause)
     finally:
         log.close()
