@@ -36,6 +36,7 @@ SETTINGS = TORCH + "checkpoint/test_spec_settings.py::"
 GUARD = TORCH + "test_guard_steps.py::"
 CRD = INTEG + "test_api_crd.py::"
 E2E_ESCALATION = E2E + "test_escalation.py::"
+E2E_POISONED_SHARD = E2E + "test_poisoned_shard.py::"
 INTEG_CLI_COMMANDS = INTEG + "test_cli_commands.py::"
 INTEG_CUSTOM_SIGNAL = INTEG + "test_custom_signal.py::"
 INTEG_OPERATOR_LIFECYCLE = INTEG + "test_operator_lifecycle.py::"
@@ -327,6 +328,14 @@ FIELD_EFFECTS: dict[str, Effect] = {
         + "test_default_policy_rolls_back_a_sustained_loss_spike_with_the_documented_numbers",
         E2E_ESCALATION + "test_a_recurring_spike_is_rolled_back_harder",
     ),
+    "spec.recovery.rules[].rollback.skipData": _e(
+        "policy.arithmetic: the trip report's suspect shards in the skip window, or the whole"
+        " window -> directives skip -> data.ShardedBatches",
+        ENGINE + "test_default_rollback_skips_only_the_suspect_shards_in_the_window",
+        ENGINE + "test_the_whole_window_is_skipped_without_lineage_or_when_the_policy_asks",
+        E2E_POISONED_SHARD + "test_poisoned_shard_heals_with_the_default_policy",
+        E2E_ESCALATION + "test_a_recurring_spike_is_rolled_back_harder",
+    ),
     "spec.recovery.rules[].rollback.rewarmupSteps": _e(
         "directives rewarmupSteps -> the agent's LR ramp after the resume",
         TORCH_GUARD_LR + "test_rewarmup_ramps_the_scaled_lr_after_a_resume",
@@ -383,6 +392,10 @@ FIELD_EFFECTS: dict[str, Effect] = {
         "policy.actions",
         ENGINE + "test_final_action_alert_restarts_a_tripped_run_and_alerts_a_scraped_one",
     ),
+    "spec.recovery.confirmTimeoutSeconds": _e(
+        "plan.confirm: Confirming ends unconfirmed (ConfirmationTimedOut) once it runs out",
+        MACHINE + "test_confirming_times_out_into_running_unconfirmed",
+    ),
     "spec.recovery.placement": _e(
         GROUP, INCIDENTS + "test_placement_ignore_records_suspects_but_launches_anywhere"
     ),
@@ -411,8 +424,13 @@ FIELD_EFFECTS: dict[str, Effect] = {
         INCIDENTS + "test_one_failure_after_progress_is_a_plain_restart_and_a_repeat_is_a_loop",
     ),
     "spec.suspend": _e(
-        "machine: Suspended stops the pods; false relaunches from the newest stable checkpoint",
-        MACHINE + "test_suspend_stops_and_resume_relaunches_from_newest_checkpoint",
+        "machine: a live saveRequest, the guard's final checkpoint, then the pods stop; false"
+        " relaunches from the newest stable checkpoint (that one)",
+        MACHINE + "test_suspend_saves_first_then_stops_and_resume_relaunches_from_that_save",
+        MACHINE + "test_suspend_stops_the_pods_after_its_bound_without_an_answer",
+        TORCH
+        + "test_guard_save_request.py::test_a_save_request_is_saved_flushed_and_reported_once",
+        E2E + "test_suspend.py::test_suspend_saves_a_final_checkpoint_and_resume_restores_it",
         INTEG_OPERATOR_LIFECYCLE
         + "test_suspend_stops_the_pods_and_resume_relaunches_from_the_newest_checkpoint",
     ),
