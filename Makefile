@@ -10,7 +10,7 @@ K8S_VERSION ?= v1.34.4
 export STABLETRAIN_K8S_BIN_DIR ?= $(STABLETRAIN_CACHE)/k8s/$(K8S_VERSION)
 PYTEST_ARGS ?=
 
-.PHONY: help install lint test unit crds k8s-bins demo bench clean
+.PHONY: help install lint test unit crds k8s-bins node-runtime images demo bench clean
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -25,10 +25,16 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP) ## virtualenv with an editable install, all extras and the dev tools
 
-k8s-bins: ## build (once, cached outside the repo) etcd, kube-apiserver, kube-controller-manager, kubectl, helm; the monitoring CRDs, promql-check
+k8s-bins: ## build (once, cached outside the repo) etcd, kube-apiserver, kube-controller-manager, kubectl, helm, kubelet, kube-scheduler, kube-proxy; the monitoring CRDs, promql-check
 	@K8S_VERSION=$(K8S_VERSION) bash hack/k8s-bins.sh >/dev/null
 	@bash hack/monitoring-crds.sh >/dev/null
 	@bash hack/promql-check.sh >/dev/null
+
+node-runtime: ## install containerd, runc, CNI plugins, nftables and the image tools (Debian packages) for the real node
+	@bash hack/node-runtime.sh
+
+images: node-runtime ## build (cached, rebuilt when inputs change) the base, pause and operator images for the real node
+	@set -o pipefail; bash hack/images.sh | awk -F'\t' '{printf "  %-9s %-52s %5.0f MB\n", $$1, $$2, $$4 / 1e6}'
 
 lint: $(STAMP) ## ruff, mypy --strict on both packages, import contracts
 	$(VENV)/bin/ruff check .
@@ -40,7 +46,7 @@ lint: $(STAMP) ## ruff, mypy --strict on both packages, import contracts
 unit: $(STAMP) k8s-bins ## the tests that need no cluster (the chart's need helm and the PromQL checker)
 	$(PY) -m pytest -m "not integration and not e2e" $(PYTEST_ARGS)
 
-test: $(STAMP) k8s-bins lint ## everything CI runs: lint, unit, integration and end-to-end tests
+test: $(STAMP) k8s-bins images lint ## everything CI runs: lint, unit, integration and end-to-end tests
 	$(PY) -m pytest --durations=15 $(PYTEST_ARGS)
 
 crds: $(STAMP) ## regenerate crds/, the chart's CRD copy and docs/api.md from the pydantic models

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the upstream Kubernetes binaries the tests and the demo run (etcd,
-# kube-apiserver, kube-controller-manager, kubectl, helm) from the Go module
-# proxy, because release downloads and container registries are unreachable
-# here. Output: one directory holding all five, printed as the last line.
+# kube-apiserver, kube-controller-manager, kubectl, helm, and the node's
+# kubelet, kube-scheduler, kube-proxy) from the Go module proxy, because release
+# downloads and container registries are unreachable here. Output: one
+# directory holding all eight, printed as the last line.
 #
 # Resolution order per binary, so only the first build on a machine pays:
 #   1. $KUBEBUILDER_ASSETS/<name> (envtest assets; they carry no
@@ -66,6 +67,9 @@ kube_module() { # a wrapper module: replace directives only apply in the main mo
     local dir=$work/kubernetes-$K8S_VERSION
     if [[ ! -f $dir/go.sum ]]; then
         (timed kubernetes-module prepare_kube_module "$dir") >&2
+    elif [[ $(kube_tools_go) != "$(cat "$dir/tools.go")" ]]; then
+        # A module prepared before a command joined the list: add the new one's dependencies.
+        (cd "$dir" && timed kubernetes-module-update write_kube_tools) >&2
     fi
     echo "$dir"
 }
@@ -86,17 +90,20 @@ prepare_kube_module() { # dir
         awk '$1 ~ /^k8s\.io\// && $2 == "v0.0.0" {print $1}' "$gomod" | sort -u |
             while read -r m; do echo "replace $m => $m v0${K8S_VERSION#v1}"; done
     } >>go.mod
-    cat >tools.go <<'GO'
-//go:build tools
+    write_kube_tools
+}
 
-package tools
+KUBE_COMMANDS=(kube-apiserver kube-controller-manager kubectl kubelet kube-scheduler kube-proxy)
 
-import (
-	_ "k8s.io/kubernetes/cmd/kube-apiserver"
-	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
-	_ "k8s.io/kubernetes/cmd/kubectl"
-)
-GO
+kube_tools_go() {
+    printf '//go:build tools\n\npackage tools\n\nimport (\n'
+    local name
+    for name in "${KUBE_COMMANDS[@]}"; do printf '\t_ "k8s.io/kubernetes/cmd/%s"\n' "$name"; done
+    printf ')\n'
+}
+
+write_kube_tools() { # in the module dir: the commands to build, then their dependencies
+    kube_tools_go >tools.go
     # -e: test-only dependencies of far-away packages may be unavailable; builds need none.
     go mod tidy -e >&2
 }
@@ -177,7 +184,7 @@ GO
     mv "$bindir/helm.tmp" "$bindir/helm"
 }
 
-for name in etcd kube-apiserver kube-controller-manager kubectl helm; do
+for name in etcd kube-apiserver kube-controller-manager kubectl helm kubelet kube-scheduler kube-proxy; do
     if adopt "$name"; then continue; fi
     log "building $name (first time on this machine; cached in $bindir)"
     case $name in

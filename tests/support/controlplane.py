@@ -3,9 +3,12 @@
 The binaries are upstream ones built by `make k8s-bins`. The API server runs with real TLS,
 client-certificate authentication, RBAC authorization and service-account signing keys, and
 kube-controller-manager runs beside it so that ownerReference garbage collection, namespace
-deletion, service-account creation and node lifecycle behave as in a real cluster.
+deletion, service-account creation and node lifecycle behave as in a real cluster. The Node
+authorizer and `--kubelet-preferred-address-types=InternalIP` are on, as a real kubelet needs
+(tests/support/realnode).
 
-Every address is on loopback; every process dies with the test run (see processes.py).
+Every address is on loopback, or, for a real node, inside a network namespace the test made
+(a `PlaneNetwork`); every process dies with the test run (see processes.py).
 """
 
 from __future__ import annotations
@@ -21,13 +24,47 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from support.pki import CertificateAuthority, KeyPair, service_account_key
 from support.processes import ManagedProcess, free_port
 
 CONTROL_PLANE_BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kubectl")
 SERVICE_CIDR = "10.0.0.0/24"
-"""Only allocated from, never dialled: headless Services carry no cluster IP at all."""
+"""Allocated from; only dialled on a real node, whose kube-proxy serves ClusterIPs."""
+KUBERNETES_SERVICE_IP = "10.0.0.1"
+"""The `kubernetes` Service's ClusterIP (the range's first address): pods dial it."""
+
+
+class PlaneNetwork(Protocol):
+    """Where the control plane listens and how the test process reaches it."""
+
+    @property
+    def address(self) -> str:
+        """The address the API server binds and advertises (the `kubernetes` endpoint)."""
+        ...
+
+    @property
+    def launcher(self) -> tuple[str, ...]:
+        """argv prefix that runs a component inside this network."""
+        ...
+
+    def reach(self, host: str, port: int) -> int:
+        """A port on this process's loopback that reaches `host:port` inside the network."""
+        ...
+
+
+class LoopbackNetwork:
+    """The default: everything on this host's loopback, reached directly."""
+
+    address = "127.0.0.1"
+    launcher: tuple[str, ...] = ()
+
+    def reach(self, host: str, port: int) -> int:
+        return port
+
+
+LOOPBACK = LoopbackNetwork()
 
 
 def binary_dir(required: tuple[str, ...] = CONTROL_PLANE_BINARIES) -> Path:
@@ -50,10 +87,13 @@ class ControlPlane:
     workdir: Path
     bin_dir: Path
     server: str
+    """The API server's URL for this process (a forwarded port when in a namespace)."""
     kubeconfig: Path
     ca: CertificateAuthority
     admin: KeyPair
     sa_private_key: Path
+    network_server: str = ""
+    """The API server's URL inside its network: what nodes and pods dial."""
     processes: list[ManagedProcess] = field(default_factory=list)
     started_in_seconds: float = 0.0
 
@@ -130,7 +170,9 @@ def _client_context(ca: Path, client: KeyPair) -> ssl.SSLContext:
     return context
 
 
-def start_control_plane(workdir: Path, bin_dir: Path | None = None) -> ControlPlane:
+def start_control_plane(
+    workdir: Path, bin_dir: Path | None = None, network: PlaneNetwork = LOOPBACK
+) -> ControlPlane:
     """Starts etcd, kube-apiserver and kube-controller-manager and waits until each is healthy.
 
     On any failure everything already started is stopped before the error propagates.
@@ -141,25 +183,36 @@ def start_control_plane(workdir: Path, bin_dir: Path | None = None) -> ControlPl
     pki_dir.mkdir(parents=True)
     ca = CertificateAuthority(pki_dir)
     apiserver_port = free_port()
-    server = f"https://127.0.0.1:{apiserver_port}"
+    network_server = f"https://{network.address}:{apiserver_port}"
+    server = f"https://127.0.0.1:{network.reach(network.address, apiserver_port)}"
     serving = ca.issue(
         "apiserver",
         "kube-apiserver",
-        server_ips=("127.0.0.1",),
+        server_ips=tuple(dict.fromkeys(("127.0.0.1", network.address, KUBERNETES_SERVICE_IP))),
         server_names=("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"),
     )
     admin = ca.issue("admin", "admin", organization="system:masters")
+    # How the API server authenticates to kubelets (logs, exec, port-forward).
+    kubelet_client = ca.issue("apiserver-kubelet-client", "kube-apiserver-kubelet-client",
+                              organization="system:masters")  # fmt: skip
     sa_private, sa_public = service_account_key(pki_dir)
     kubeconfig = workdir / "admin.kubeconfig"
     write_kubeconfig(kubeconfig, server, ca.cert_path, admin, "admin")
+    network_kubeconfig = kubeconfig
+    if network_server != server:
+        network_kubeconfig = workdir / "admin-in-network.kubeconfig"
+        write_kubeconfig(network_kubeconfig, network_server, ca.cert_path, admin, "admin")
 
     plane = ControlPlane(workdir, bin_dir, server, kubeconfig, ca, admin, sa_private)
+    plane.network_server = network_server
+    launcher = network.launcher
     try:
         etcd_port, etcd_peer = free_port(), free_port()
         etcd_url = f"http://127.0.0.1:{etcd_port}"
         etcd = ManagedProcess(
             "etcd",
             [
+                *launcher,
                 str(bin_dir / "etcd"),
                 f"--data-dir={workdir / 'etcd'}",
                 f"--listen-client-urls={etcd_url}",
@@ -173,11 +226,13 @@ def start_control_plane(workdir: Path, bin_dir: Path | None = None) -> ControlPl
             workdir / "etcd.log",
         )
         plane.processes.append(etcd)
-        _wait_healthy(f"{etcd_url}/health", etcd, None, timeout=30)
+        etcd_reached = network.reach("127.0.0.1", etcd_port)
+        _wait_healthy(f"http://127.0.0.1:{etcd_reached}/health", etcd, None, timeout=30)
 
         apiserver = ManagedProcess(
             "kube-apiserver",
             [
+                *launcher,
                 str(bin_dir / "kube-apiserver"),
                 f"--etcd-servers={etcd_url}",
                 f"--cert-dir={pki_dir}",
@@ -185,11 +240,16 @@ def start_control_plane(workdir: Path, bin_dir: Path | None = None) -> ControlPl
                 f"--tls-private-key-file={serving.key}",
                 f"--client-ca-file={ca.cert_path}",
                 f"--secure-port={apiserver_port}",
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
+                f"--bind-address={network.address}",
+                f"--advertise-address={network.address}",
                 f"--service-cluster-ip-range={SERVICE_CIDR}",
                 "--allow-privileged=true",
-                "--authorization-mode=RBAC",
+                # Node: what a kubelet (system:node:<name>) may read and write, as in a cluster.
+                "--authorization-mode=Node,RBAC",
+                # A node is dialled at its InternalIP: its hostname resolves nowhere here.
+                "--kubelet-preferred-address-types=InternalIP",
+                f"--kubelet-client-certificate={kubelet_client.cert}",
+                f"--kubelet-client-key={kubelet_client.key}",
                 f"--service-account-issuer={server}",
                 f"--service-account-key-file={sa_public}",
                 f"--service-account-signing-key-file={sa_private}",
@@ -210,10 +270,11 @@ def start_control_plane(workdir: Path, bin_dir: Path | None = None) -> ControlPl
         controller_manager = ManagedProcess(
             "kube-controller-manager",
             [
+                *launcher,
                 str(bin_dir / "kube-controller-manager"),
-                f"--kubeconfig={kubeconfig}",
-                f"--authentication-kubeconfig={kubeconfig}",
-                f"--authorization-kubeconfig={kubeconfig}",
+                f"--kubeconfig={network_kubeconfig}",
+                f"--authentication-kubeconfig={network_kubeconfig}",
+                f"--authorization-kubeconfig={network_kubeconfig}",
                 f"--service-account-private-key-file={sa_private}",
                 f"--root-ca-file={ca.cert_path}",
                 f"--cluster-signing-cert-file={ca.cert_path}",
@@ -234,7 +295,8 @@ def start_control_plane(workdir: Path, bin_dir: Path | None = None) -> ControlPl
         insecure = ssl.create_default_context()
         insecure.check_hostname = False
         insecure.verify_mode = ssl.CERT_NONE
-        _wait_healthy(f"https://127.0.0.1:{kcm_port}/healthz", controller_manager, insecure, 60)
+        kcm_reached = network.reach("127.0.0.1", kcm_port)
+        _wait_healthy(f"https://127.0.0.1:{kcm_reached}/healthz", controller_manager, insecure, 60)
     except BaseException:
         plane.stop()
         raise
@@ -261,7 +323,7 @@ def _remove_orphaned_workdirs() -> None:
 
 
 @contextlib.contextmanager
-def running_control_plane() -> Iterator[ControlPlane]:
+def running_control_plane(network: PlaneNetwork = LOOPBACK) -> Iterator[ControlPlane]:
     """A control plane in a fresh temp dir; stopped and the dir removed on any exit.
 
     Set STABLETRAIN_KEEP_LOGS=1 to keep the directory (its logs) after a failed run.
@@ -271,7 +333,7 @@ def running_control_plane() -> Iterator[ControlPlane]:
     (workdir / _OWNER_FILE).write_text(str(os.getpid()))
     plane: ControlPlane | None = None
     try:
-        plane = start_control_plane(workdir)
+        plane = start_control_plane(workdir, network=network)
         yield plane
     finally:
         if plane is not None:
