@@ -8,8 +8,11 @@ skew between nodes cannot fake or hide a stall.
 
 What does not count: a process before its `WARMUP_STEPS`-th completed step (restore,
 compilation, allocator and DDP bucket warm-up make the first steps of every (re)launch far
-slower than the rest; the rendezvous timeout bounds a start that never finishes), and any
-moment at which a rank is inside a checkpoint save or restore.
+slower than the rest; the rendezvous timeout bounds a start that never finishes), any
+moment at which a rank is inside a checkpoint save or restore, and a job none of whose
+agents answers: at the end of training every agent stops serving before its process and
+pod end, and the pods' end decides then. A silent agent while others still answer and
+wait is the culprit of their stall.
 
 The bound is `detection.stallSeconds` when set; otherwise it is sized from the job's own
 step time: `STALL_STEP_FACTOR` times the slowest recent step of any rank (saves included),
@@ -100,14 +103,15 @@ def judge_stall(
 ) -> StallVerdict | None:
     """The verdict on one attempt's heartbeats, or None while it makes progress."""
     judged = [p for p in progress if p.beat.steps_completed >= WARMUP_STEPS]
-    if not judged or any(p.beat.place is ThreadPlace.CHECKPOINT for p in progress):
+    answering = [p for p in judged if not p.silent]
+    if not answering or any(p.beat.place is ThreadPlace.CHECKPOINT for p in progress):
         return None
     bound = stall_bound(stall_seconds, judged)
     if bound is None:
         return None
     idle = {p.pod: p.idle_seconds(now) or 0.0 for p in judged}
     newest = max(p.beat.last_step or 0 for p in judged)
-    job_idle = min(idle.values())
+    job_idle = min(idle[p.pod] for p in answering)
     behind = [
         p
         for p in judged

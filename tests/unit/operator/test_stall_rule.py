@@ -105,6 +105,12 @@ def test_a_checkpoint_save_on_any_rank_is_not_a_stall() -> None:
     assert judge_stall(ranks, stall_seconds=BOUND, now=NOW) is None
 
 
+def test_agents_that_all_stopped_answering_are_a_run_ending_not_a_stall() -> None:
+    """At the end of training each agent stops serving before its process and pod end."""
+    ranks = [rank(0, idle=BOUND + 1, silent=True), rank(1, idle=BOUND + 1, silent=True)]
+    assert judge_stall(ranks, stall_seconds=BOUND, now=NOW) is None
+
+
 def test_an_agent_that_stopped_answering_is_the_culprit() -> None:
     ranks = [rank(0, idle=BOUND + 1), rank(1, idle=BOUND + 1, silent=True)]
     verdict = judge_stall(ranks, stall_seconds=BOUND, now=NOW)
