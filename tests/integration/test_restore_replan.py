@@ -39,7 +39,7 @@ def test_a_target_the_pods_cannot_restore_is_replanned_inside_the_bound(
     (entry,) = done["rollbackHistory"]
     assert (entry["action"], entry["onsetStep"], entry["toStep"]) == ("Rollback", 22, 10)
     assert entry["attempt"] == 2
-    assert "steps 15 could not be restored" in entry["checkpointChoice"]
+    assert "the pods could not restore step 15" in entry["checkpointChoice"]
     assert done["counters"]["rollbacks"] == 1
     assert done["counters"]["restarts"] == 0
     assert done["attempt"] == 2

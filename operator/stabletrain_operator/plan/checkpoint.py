@@ -88,8 +88,9 @@ def choose_checkpoint(
         limit = min(limit, onset - 1)
     both = selection is CheckpointSelection.BOTH_TIERS
     names = list(nodes) or ["unknown"]
-    tried = f" (steps {', '.join(map(str, sorted(excluded)))} could not be restored)"
-    failed = tried if excluded else ""
+    steps = sorted(excluded)
+    plural = "steps" if len(steps) > 1 else "step"
+    failed = f" (the pods could not restore {plural} {', '.join(map(str, steps))})" if steps else ""
     try:
         selected = select_checkpoint(pool, onset_step=limit, margin=0, nodes=names, both_tiers=both)
     except NoCheckpointError as error:

@@ -48,6 +48,29 @@ def test_both_tiers_takes_the_pfs_copy_only_when_no_candidate_is_on_every_node()
     assert "no checkpoint at or before step 55 is on every node's local tier" in chosen.reason
 
 
+def test_the_planned_event_and_history_say_what_both_tiers_cost() -> None:
+    """Before: step 50, on node-a's local tier and the PFS only, was chosen (the README
+    promised both tiers). After: step 40, with the cost in the Event and in status."""
+    records = (record(30), record(40), local_only_on(50, "node-a"))
+    job = spec_with_rollback({"minStepsBeforeOnset": 10})
+    status = StableTrainingJobStatus(
+        phase=Phase.RUNNING, attempt=0, directives_generation=1, step=62, checkpoints=records
+    )
+    pods = tuple(
+        pod(r, state=PodState.FAILED, report=trip(n, step=62, onset=60, signal="LossSpike"))
+        for r, n in enumerate(NODES)
+    )
+    step = advance(status, world(status, job, pods=pods))
+    events = []
+    while step.status.phase is not Phase.CONFIRMING:
+        step = advance(step.status, world(step.status, job))
+        events += step.events
+    (planned,) = [e.message for e in events if e.reason == "Planned"]
+    assert "resumes from step 40" in planned
+    assert "10 more steps than step 50" in planned
+    assert "10 more steps than step 50" in step.status.rollback_history[-1].checkpoint_choice
+
+
 # --- point 3: no checkpoint far enough back ------------------------------------------------
 
 EARLY = [record(25), record(50), record(75, stable=False)]
@@ -281,7 +304,8 @@ def test_second_rollback_whose_target_is_gone_is_re_planned_inside_its_bound() -
     assert step.launch is not None
     assert step.launch.directives.resume_step == 25, "older, inside the bound; never 250"
     assert [(e.to_step, e.attempt) for e in step.status.rollback_history] == [(25, 3)]
-    assert "could not be restored" in step.status.rollback_history[-1].checkpoint_choice
+    choice = step.status.rollback_history[-1].checkpoint_choice
+    assert "the pods could not restore step 50" in choice
     assert step.status.counters.restarts == 0
 
 
