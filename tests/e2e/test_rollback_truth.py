@@ -45,7 +45,7 @@ def test_early_spike_resumes_before_the_onset_with_the_margin_it_used(
     pods restored step 100 anyway. After: the default NarrowMargin decision resumes from
     step 100, status and the Planned Event say so with the margin used (29 steps), and the
     pods restore exactly that step."""
-    env = {"TINYGPT_STEPS": "200"}
+    env = {"TINYGPT_STEPS": "160"}
     jobs.create(with_interval(job_manifest("early", env), 50))
     done = jobs.wait("early", finished, 420, "the job to heal")
     assert done["phase"] == "Succeeded", done.get("conditions")
@@ -65,12 +65,12 @@ def test_early_spike_resumes_before_the_onset_with_the_margin_it_used(
     resumed = logs.steps(1)
     assert resumed[0]["step"] == 101
     assert not any(r["poisoned"] for r in resumed)
-    assert resumed[-1]["step"] == 200
+    assert resumed[-1]["step"] == 160
     print(f"\nearly spike: {entry}\nrestored per attempt: "
           f"{ {a: restored_steps(logs, a) for a in logs.attempts()} }")  # fmt: skip
 
 
-ROLLBACK = {"minStepsBeforeOnset": 50, "skipStepsBeforeOnset": 2, "skipStepsAfterOnset": 20,
+ROLLBACK = {"minStepsBeforeOnset": 40, "skipStepsBeforeOnset": 2, "skipStepsAfterOnset": 20,
             "rewarmupSteps": 20}  # fmt: skip
 RULES = [
     {"name": "loss-spike", "onSignals": ["LossSpike"], "action": "Rollback", "rollback": ROLLBACK},
@@ -81,13 +81,14 @@ RULES = [
 def test_two_spikes_each_attempt_restores_the_step_status_records(
     operator: OperatorProcess, jobs: Jobs, job_namespace: str, local_cluster: LocalCluster
 ) -> None:
-    """shard-0008 (steps 129-144) and shard-0016, read after the first rollback: two
-    rollbacks, the second escalated. Retention keeps 3 per tier, so by the second spike the
-    resumed attempt's early checkpoints are gone. Before: the operator still listed them
-    (its inventory was a union of every scrape), planned one, the pods loaded another and
-    failed, and a RestartFromLatest resumed next to the spike. After: each attempt's pods
-    restore exactly the step status records, no restart, and the job completes."""
-    env = {"TINYGPT_STEPS": "280", "TINYGPT_POISON_SHARDS": "shard-0008,shard-0016"}
+    """shard-0008 (steps 129-144) and shard-0013, read after the first rollback (at step
+    186, past the 23 skipped steps): two rollbacks, the second escalated (bound 186 - 80).
+    Retention keeps 3 per tier, so by the second spike the resumed attempt's step 100 is
+    gone. Before: the operator still listed it (its inventory was a union of every scrape),
+    planned it, the pods loaded 75 instead and failed, and a RestartFromLatest resumed next
+    to the spike. After: each attempt's pods restore exactly the step status records, no
+    restart, and the job completes."""
+    env = {"TINYGPT_STEPS": "230", "TINYGPT_POISON_SHARDS": "shard-0008,shard-0013"}
     manifest = with_interval(job_manifest("twice", env, recovery={"rules": RULES}), 25, keep=3)
     jobs.create(manifest)
     done = jobs.wait("twice", finished, 600, "the job to heal twice")
@@ -96,7 +97,7 @@ def test_two_spikes_each_attempt_restores_the_step_status_records(
     assert [e["action"] for e in history] == ["Rollback", "Rollback"], history
     first, second = history
     assert first["onsetStep"] == 129
-    assert first["toStep"] == 75, "the newest stable checkpoint at least 50 steps before"
+    assert first["toStep"] == 75, "the newest stable checkpoint at least 40 steps before"
     assert second["onsetStep"] > first["onsetStep"] + ROLLBACK["skipStepsAfterOnset"]
     assert second["toStep"] <= second["onsetStep"] - 2 * ROLLBACK["minStepsBeforeOnset"]
     assert (first["attempt"], second["attempt"]) == (1, 2)
@@ -115,6 +116,6 @@ def test_two_spikes_each_attempt_restores_the_step_status_records(
     final = logs.steps(2)
     assert final[0]["step"] == second["toStep"] + 1
     assert not any(r["poisoned"] for r in final)
-    assert final[-1]["step"] == 280
+    assert final[-1]["step"] == 230
     print(f"\nfirst: {first}\nsecond (escalated): {second}\nrestored per attempt: "
           f"{ {a: restored_steps(logs, a) for a in logs.attempts()} }")  # fmt: skip
