@@ -47,6 +47,7 @@ TORCH_GUARD_LR = TORCH + "test_guard_lr.py::"
 UNIT_RETENTION = UNIT + "checkpoint/test_retention.py::"
 E2E_CHECKPOINT_SETTINGS = E2E + "test_checkpoint_settings.py::"
 E2E_NAN_AND_KILLED_RANK = E2E + "test_nan_and_killed_rank.py::"
+E2E_ROLLBACK_TRUTH = E2E + "test_rollback_truth.py::"
 TORCH_SHARDED_BATCHES = TORCH + "test_sharded_batches.py::"
 UNIT_CUSTOM_SPARSE = UNIT + "signals/test_custom_sparse.py::"
 UNIT_PODS_PLACEMENT = UNIT + "operator/test_pods_placement.py::"
@@ -140,6 +141,7 @@ FIELD_EFFECTS: dict[str, Effect] = {
         "plan.checkpoint.choose_checkpoint (BothTiers: also on every node of the relaunch)",
         TRUTH + "test_both_tiers_passes_over_a_newer_pfs_only_checkpoint_and_says_what_it_costs",
         TRUTH + "test_both_tiers_takes_the_pfs_copy_only_when_no_candidate_is_on_every_node",
+        TRUTH + "test_the_planned_event_and_history_say_what_both_tiers_cost",
     ),
     "spec.checkpoints.intervalSteps": _e(
         "pods.checkpoint_env (STABLETRAIN_CHECKPOINT_INTERVAL_STEPS) -> "
@@ -345,6 +347,7 @@ FIELD_EFFECTS: dict[str, Effect] = {
         "plan.checkpoint: NarrowMargin, FromScratch or Fail when nothing precedes the bound",
         TRUTH + "test_no_checkpoint_far_enough_narrows_the_margin_to_a_step_before_the_onset",
         TRUTH + "test_no_checkpoint_far_enough_from_scratch_or_fail_as_the_rule_says",
+        E2E_ROLLBACK_TRUTH + "test_early_spike_resumes_before_the_onset_with_the_margin_it_used",
     ),
     "spec.recovery.rules[].reduceLR": _e(
         GROUP, ENGINE + "test_reduce_lr_lowers_the_scale_live_then_alerts_at_the_floor"
