@@ -51,7 +51,7 @@ def test_poisoned_shard_heals_with_the_default_policy(
     logs = StepLogs(local_cluster.shared_dir, job_namespace)
     with Recorder(api_client, job_namespace, "poisoned") as recorder:
         jobs.create(job_manifest("poisoned"))
-        done = jobs.wait("poisoned", lambda s: s.get("phase") in ("Succeeded", "Failed"), 420,
+        done = jobs.wait("poisoned", lambda s: s.get("phase") in ("Succeeded", "Failed"), 600,
                          "the job to heal")  # fmt: skip
     assert done["phase"] == "Succeeded", done.get("conditions")
     (entry,) = [e for e in done["rollbackHistory"] if e["action"] != "Alert"]
@@ -118,6 +118,11 @@ def test_poisoned_shard_heals_with_the_default_policy(
     # recorder saw arrive instead.
     reasons = {e["reason"] for e in jobs.events("poisoned")}
     assert {"RollbackStarted", "Planned", "Relaunched", "RollbackConfirmed"} <= reasons
+    # Confirmed only past the old onset plus LossSpike's 4-step window, with the numbers.
+    (confirmed,) = [e["message"] for e in jobs.events("poisoned")
+                    if e["reason"] == "RollbackConfirmed"]  # fmt: skip
+    assert f"passed step {onset + 4} (onset {onset} + 4-step detection window)" in confirmed
+    assert "against the pre-spike baseline" in confirmed
     phases = [phase for _, phase, _ in recorder.phases()]
     assert phases[phases.index("Stopping") :] == [
         "Stopping", "Planning", "Relaunching", "Confirming", "Running", "Succeeded",
