@@ -20,6 +20,7 @@ import kopf
 
 from stabletrain_agent.contract import env
 from stabletrain_operator import metrics, pods
+from stabletrain_operator.remediation import NodeRemediation
 
 
 def _arguments() -> argparse.Namespace:
@@ -42,6 +43,14 @@ def _arguments() -> argparse.Namespace:
         "--liveness",
         default="http://0.0.0.0:8080/healthz",
         help="kopf liveness endpoint URL; empty disables it",
+    )
+    parser.add_argument(
+        "--remediate-nodes",
+        type=NodeRemediation.parse,
+        default=None,
+        metavar="Taint:N|Cordon:N",
+        help="taint or cordon a node once it was the culprit of N incidents of one job "
+        "(needs get/patch on nodes; off by default)",
     )
     parser.add_argument("--verbose", action="store_true")
     return parser.parse_args()
@@ -68,6 +77,7 @@ def run() -> None:
         liveness_endpoint=args.liveness or None,
         clusterwide=not args.namespace,
         namespaces=args.namespace,
+        memo=kopf.Memo(remediation=args.remediate_nodes),
     )
 
 

@@ -103,6 +103,20 @@ class Kube:
                 names.append(str(node.metadata.name))
         return names
 
+    def node_taints(self, name: str) -> list[Json] | None:
+        """The node's taints as JSON; None when the node is gone."""
+        try:
+            node = self.core.read_node(name)
+        except ApiException as error:
+            if error.status == HTTP_NOT_FOUND:
+                return None
+            raise
+        taints: list[Json] = self.core.api_client.sanitize_for_serialization(node.spec.taints or [])
+        return taints
+
+    def patch_node(self, name: str, patch: Json) -> None:
+        self.core.patch_node(name, patch)
+
     def get_job(self, namespace: str, name: str) -> Json | None:
         try:
             job: Json = self.custom.get_namespaced_custom_object(

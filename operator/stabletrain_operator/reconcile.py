@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from stabletrain_agent.contract.base import ContractError
@@ -36,6 +37,7 @@ from stabletrain_operator.observe.scrape import ScrapeResult, ScrapeTarget, scra
 from stabletrain_operator.observe.stall import RankProgress
 from stabletrain_operator.policy import PolicyLedger
 from stabletrain_operator.preflight.pod import ensure_preflight_pod, needs_preflight_pod
+from stabletrain_operator.remediation import NodeRemediation, due, node_patch
 
 _log = logging.getLogger(__name__)
 
@@ -322,7 +324,37 @@ def _ledger(key: JobKey, status: StableTrainingJobStatus) -> PolicyLedger:
     return PolicyLedger.from_job_status(status)
 
 
-async def tick(kube: Kube, key: JobKey, indexed: Iterable[PodFacts], memory: JobMemory) -> bool:
+def remediate(
+    kube: Kube,
+    remediation: NodeRemediation,
+    key: JobKey,
+    before: StableTrainingJobStatus,
+    after: StableTrainingJobStatus,
+) -> None:
+    """Taint or cordon the suspect nodes that just reached the threshold (off by default)."""
+    for node in due(before.suspect_nodes, after.suspect_nodes, remediation):
+        taints = kube.node_taints(node.node)
+        if taints is None:
+            continue
+        job = f"{key.namespace}/{key.name}"
+        try:
+            kube.patch_node(node.node, node_patch(node, taints, remediation.action, job))
+        except ApiException as error:
+            _log.warning("job %s: node %s not remediated (%s): %s", key.name, node.node,
+                         remediation.action, error.reason)  # fmt: skip
+            continue
+        _log.warning("job %s: node %s %s after %d incident(s): %s", key.name, node.node,
+                     "tainted" if remediation.action == "Taint" else "cordoned",
+                     node.incidents, node.last_reason)  # fmt: skip
+
+
+async def tick(
+    kube: Kube,
+    key: JobKey,
+    indexed: Iterable[PodFacts],
+    memory: JobMemory,
+    remediation: NodeRemediation | None = None,
+) -> bool:
     """One reconcile; False once the job is gone (the daemon may end)."""
     job = await asyncio.to_thread(kube.get_job, key.namespace, key.name)
     if job is None or job["metadata"].get("deletionTimestamp"):
@@ -383,5 +415,7 @@ async def tick(kube: Kube, key: JobKey, indexed: Iterable[PodFacts], memory: Job
     await asyncio.to_thread(_put_live, memory.token, step, facts)
     for event in step.events:
         await asyncio.to_thread(kube.event, job, event.type, event.reason, event.message)
+    if remediation is not None and step.status.suspect_nodes != status.suspect_nodes:
+        await asyncio.to_thread(remediate, kube, remediation, key, status, step.status)
     _record_metrics(key, spec, step)
     return True

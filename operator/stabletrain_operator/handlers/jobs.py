@@ -43,7 +43,8 @@ async def run_job(
     memory = JobMemory()
     while not stopped:
         try:
-            alive = await tick(kube, key, list(worker_pods.get((namespace, name), [])), memory)
+            indexed = list(worker_pods.get((namespace, name), []))
+            alive = await tick(kube, key, indexed, memory, memo.get("remediation"))
         except StaleStatusError:
             metrics.RECONCILE_ERRORS.labels("Conflict").inc()
             alive = True

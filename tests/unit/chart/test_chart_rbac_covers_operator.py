@@ -20,6 +20,14 @@ from support.chart import render
 
 OPERATOR = Path(__file__).resolve().parents[3] / "operator" / "stabletrain_operator"
 CALL = re.compile(r"^(create|get|read|list|patch|replace|delete)_namespaced_(\w+?)(_status)?$")
+NODE_CALL = re.compile(r"^(read|list|patch)_node$")
+NODE_PERMISSIONS_BY_INSTALL = {
+    ("", "nodes", "list"): "cluster-wide installs only (namespaced ones only prefer to avoid)",
+    ("", "nodes", "get"): "nodeRemediation.enabled only",
+    ("", "nodes", "patch"): "nodeRemediation.enabled only",
+}
+"""Cluster-scoped calls the operator makes only where the install allows them; each is
+checked against its values below instead of in every install."""
 VERB = {"read": "get", "replace": "update"}
 CORE_RESOURCES = {
     "pod": "pods",
@@ -44,6 +52,10 @@ def api_calls() -> set[Permission]:
     for path in operator_sources():
         for node in ast.walk(ast.parse(path.read_text())):
             if not isinstance(node, ast.Attribute):
+                continue
+            node_call = NODE_CALL.match(node.attr)
+            if node_call is not None:
+                needed.add(("", "nodes", VERB.get(node_call.group(1), node_call.group(1))))
                 continue
             match = CALL.match(node.attr)
             if match is None:
@@ -110,8 +122,25 @@ def test_the_scan_finds_the_operators_calls() -> None:
     "values", [[], ["watchNamespaces={team-a}"]], ids=["cluster", "namespaced"]
 )
 def test_every_operator_call_is_granted(values: list[str]) -> None:
-    missing = (api_calls() | kopf_watches()) - granted(values)
+    needed = (api_calls() | kopf_watches()) - set(NODE_PERMISSIONS_BY_INSTALL)
+    missing = needed - granted(values)
     assert missing == set(), f"the operator calls these, the chart does not grant them: {missing}"
+
+
+def test_node_permissions_follow_the_install() -> None:
+    """nodes list for cluster-wide installs; get/patch only with nodeRemediation, in a
+    ClusterRole of its own; nothing on nodes in a namespaced install without it."""
+    assert set(NODE_PERMISSIONS_BY_INSTALL) <= api_calls(), "the operator makes these calls"
+    nodes = {p for p in NODE_PERMISSIONS_BY_INSTALL}
+    assert granted([]) & nodes == {("", "nodes", "list")}
+    assert granted(["watchNamespaces={team-a}"]) & nodes == set()
+    remediating = render(sets=["nodeRemediation.enabled=true"])
+    (own,) = [r for r in remediating.of_kind("ClusterRole") if r["metadata"]["name"].endswith(
+        "-node-remediation")]  # fmt: skip
+    assert own["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}]
+    (args,) = [c["args"] for d in remediating.of_kind("Deployment")
+               for c in d["spec"]["template"]["spec"]["containers"]]  # fmt: skip
+    assert "--remediate-nodes=Taint:3" in args
 
 
 BEYOND_THE_CALLS = {

@@ -1,0 +1,51 @@
+"""Against the real API server: the Ready nodes a relaunch may keep away from, and the
+optional remediation that taints or cordons a node once it was the culprit N times."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from kubernetes import client
+
+from stabletrain_operator.api.status import StableTrainingJobStatus, SuspectNode
+from stabletrain_operator.kube import Kube
+from stabletrain_operator.reconcile import JobKey, remediate
+from stabletrain_operator.remediation import (
+    REASON_ANNOTATION,
+    TAINT_KEY,
+    NodeAction,
+    NodeRemediation,
+)
+from support.localnode import LocalCluster
+
+NOW = datetime.now(UTC)
+
+
+def _suspects(incidents: int) -> StableTrainingJobStatus:
+    node = SuspectNode(node="node-b", incidents=incidents, last_reason="killed by signal 9",
+                       last_incident_at=NOW, expires_at=NOW + timedelta(hours=1))  # fmt: skip
+    return StableTrainingJobStatus(suspect_nodes=(node,))
+
+
+def test_ready_nodes_are_listed_and_a_due_node_is_tainted_once_with_the_reason(
+    api_client: client.ApiClient, local_cluster: LocalCluster
+) -> None:
+    kube = Kube(api_client)
+    assert sorted(kube.schedulable_nodes() or []) == ["node-a", "node-b"]
+    core: Any = client.CoreV1Api(api_client)
+    key = JobKey("ml", "gpt")
+    rule = NodeRemediation(NodeAction.TAINT, 2)
+    remediate(kube, rule, key, StableTrainingJobStatus(), _suspects(1))
+    assert not core.read_node("node-b").spec.taints, "below the threshold nothing happens"
+    remediate(kube, rule, key, _suspects(1), _suspects(2))
+    node = core.read_node("node-b")
+    taints = [(t.key, t.value, t.effect) for t in node.spec.taints or []]
+    assert taints == [(TAINT_KEY, "ml.gpt", "NoSchedule")]
+    assert node.metadata.annotations[REASON_ANNOTATION] == (
+        "ml/gpt: culprit of 2 incident(s): killed by signal 9"
+    )
+    assert sorted(kube.schedulable_nodes() or []) == ["node-a", "node-b"], "tainted, not cordoned"
+    remediate(kube, NodeRemediation(NodeAction.CORDON, 2), key, _suspects(2), _suspects(3))
+    assert core.read_node("node-b").spec.unschedulable
+    assert kube.schedulable_nodes() == ["node-a"]
