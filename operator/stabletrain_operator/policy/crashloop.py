@@ -48,7 +48,7 @@ def crash_loop(
         else f"every rank of attempt {current.attempt} failed before its first step"
     )
     side = failure_side(current, previous if repeated else None)
-    words = current.message.strip()[-WORDS_MAX:] or current.signature
+    words = _words(current)
     fail = spec.action is CrashLoopAction.FAIL
     then = (
         "retrying cannot help, the job fails"
@@ -59,3 +59,13 @@ def crash_loop(
         f"crash loop: {why} ({current.signature}); looks like {side}; {then}. Last words: {words}"
     )
     return CrashLoop(spec.action, message, None if fail else spec.backoff_seconds)
+
+
+def _words(failure: FailureRecord) -> str:
+    """The failure's own words: the log up to its error line (the traceback that leads to
+    it, not torchrun's summary after it), bounded; the whole tail when no line matches."""
+    message = failure.message.rstrip()
+    at = message.rfind(failure.signature)
+    if at >= 0:
+        message = message[: at + len(failure.signature)]
+    return message[-WORDS_MAX:].strip() or failure.signature

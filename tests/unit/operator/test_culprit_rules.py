@@ -32,7 +32,8 @@ IMPORT_ERROR = """Traceback (most recent call last):
   File "/app/train.py", line 3, in <module>
     import missing_helpers
 ModuleNotFoundError: No module named 'missing_helpers'
-[2026-01-01 12:00:00] torchrun: worker failed"""
+============================================================
+train.py FAILED"""
 
 
 def pod(
@@ -115,7 +116,11 @@ def test_every_rank_failing_before_its_first_step_is_a_crash_loop_of_the_job() -
     assert loop.action is CrashLoopAction.FAIL
     assert "every rank of attempt 0 failed before its first step" in loop.message
     assert "the job's" in loop.message
-    assert "No module named 'missing_helpers'" in loop.message
+    assert loop.message.endswith(
+        'Last words: Traceback (most recent call last):\n  File "/app/train.py", line 3, in '
+        "<module>\n    import missing_helpers\nModuleNotFoundError: No module named "
+        "'missing_helpers'"
+    ), "the traceback up to the error, not torchrun's summary after it"
     assert crash_loop(CrashLoopSpec(), current, None, every_rank_failed=False) is None
 
 
