@@ -54,7 +54,6 @@ UNIT_PODS_PLACEMENT = UNIT + "operator/test_pods_placement.py::"
 UNIT_STALL_RULE = UNIT + "operator/test_stall_rule.py::"
 GROUP = "the fields below"
 _POD_CONTRACT = PODS + "test_pod_carries_torchrun_settings_and_the_agent_contract"
-_DETECTION_REACHES_PODS = MACHINE + "test_nan_trip_runs_the_whole_rollback_once"
 
 FIELD_EFFECTS: dict[str, Effect] = {
     "spec": _e(GROUP, CRD + "test_example_is_accepted_with_the_documented_defaults"),
@@ -159,8 +158,9 @@ FIELD_EFFECTS: dict[str, Effect] = {
     "spec.detection": _e(
         "plan.directives.attempt_directives: every attempt's directives -> the agent's "
         "SignalMonitor",
-        _DETECTION_REACHES_PODS,
+        PODS + "test_every_attempts_directives_carry_the_specs_detection",
         GUARD + "test_a_live_threshold_directive_changes_what_trips_from_the_next_step",
+        INTEG_CUSTOM_SIGNAL + "test_validation_loss_jump_alerts_and_replay_alerts_the_same",
     ),
     "spec.detection.baseline": _e(
         GROUP, DETECTORS + "test_anomalous_values_never_enter_the_baseline"

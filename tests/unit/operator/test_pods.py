@@ -203,3 +203,16 @@ def test_a_local_volume_and_a_pfs_sub_path_are_what_the_pod_mounts() -> None:
     mounts = {m["name"]: m for m in pod["spec"]["containers"][0]["volumeMounts"]}
     assert mounts["stabletrain-pfs"]["subPath"] == "jobs/gpt"
     assert "subPath" not in mounts["stabletrain-local"]
+
+
+def test_every_attempts_directives_carry_the_specs_detection() -> None:
+    detection = {"lossSpike": {"ratio": 2.5, "consecutiveSteps": 6}, "stallSeconds": 300}
+    job = spec(detection=detection)
+    directives = attempt_directives(job, generation=1, attempt=3, resume_step=40,
+                                    lr_scale=0.5, rewarmup_steps=10, skip=())  # fmt: skip
+    assert directives.detection == job.detection
+    wire = json.loads(
+        pods.build_directives_config_map(JOB, directives)["data"][env.DIRECTIVES_FILE_KEY]
+    )
+    assert wire["detection"]["lossSpike"]["ratio"] == 2.5
+    assert wire["detection"]["lossSpike"]["consecutiveSteps"] == 6
