@@ -383,7 +383,7 @@ def _observations(
     else:
         broken = [p for p in current if p.state in (PodState.FAILED, PodState.GONE)]
         if broken:
-            suspects = failure_suspects(broken)
+            suspects = failure_suspects(broken, world.spec.workers.nodes)
             evidence = "; ".join(failure_evidence(p) for p in broken)
             observations.append(worker_failure(step=status.step, evidence=evidence[:512]))
             incident = Incident(

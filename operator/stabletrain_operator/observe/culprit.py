@@ -4,11 +4,13 @@ The rules, in the order the evidence is trusted:
 
 * A stall: the ranks the heartbeats show the others waiting for (stall.py).
 * Pods that ended without a trip report: a pod that was lost with its node (deleted or
-  vanished before it finished), evicted or OOM-killed is a suspect on its own. Otherwise
-  the pod that ended first is the culprit and the others, which ended because their peer
-  vanished from the collective, are victims; kubelets stamp `finishedAt` in whole seconds,
-  so a tie is broken by how the worker died: killed by a signal (torchrun's `exitcode: -N`,
-  or the container's exit code above 128) before exiting with an error.
+  vanished before it finished), evicted or OOM-killed is a suspect on its own. Then a pod
+  whose worker was killed by a signal (torchrun's `exitcode: -N`, or the container's exit
+  code above 128) while the others only exited with an error: they ended because their
+  peer vanished from the collective (the victims' and the culprit's torchrun may end in
+  either order, and kubelets stamp `finishedAt` in whole seconds). Otherwise the pod that
+  ended first is the culprit. The operator usually decides when the first pod has ended
+  and the others still run: that pod is then told apart from them (certain).
 * Trip reports (NonFinite, LossSpike, custom signals) are never a node's fault: the values
   are averaged across every rank before the agent judges them, so no rank is singled out,
   and a fault that reproduces after a relaunch on other nodes is the data or the model.
@@ -63,27 +65,29 @@ def _how(pod: PodFacts) -> str:
         what = f"killed by signal {signal}"
     else:
         what = f"{pod.reason or 'Error'} with exit code {pod.exit_code}"
-    return f"pod {pod.name} ended first: {what}"
+    return f"pod {pod.name} on node {pod.node}: {what}"
 
 
-def failure_suspects(failed: Sequence[PodFacts]) -> tuple[Suspect, ...]:
-    """The pods of one attempt that ended without a trip report, reduced to the culprits."""
+def failure_suspects(failed: Sequence[PodFacts], pods: int | None = None) -> tuple[Suspect, ...]:
+    """The pods of one attempt that ended without a trip report, reduced to the culprits:
+    lost with the node, else killed by a signal while others were not, else the first.
+    `pods` is how many the attempt has (default: the failed ones): the culprit is certain
+    when it is told apart from at least one other pod, failed or still running."""
     if not failed:
         return ()
+    total = max(pods or 0, len(failed))
     by_node = [p for p in failed if p.state is PodState.GONE or p.reason in NODE_REASONS]
     if by_node:
-        return tuple(
-            _suspect(p, _how(p).replace("ended first: ", "ended: "), True) for p in by_node
-        )
-    stamped = [p for p in failed if p.finished_at is not None]
+        return tuple(_suspect(p, _how(p), True) for p in by_node)
+    signalled = [p for p in failed if worker_signal(p) is not None]
+    candidates = signalled if signalled and len(signalled) < len(failed) else list(failed)
+    stamped = [p for p in candidates if p.finished_at is not None]
     if not stamped:
-        return tuple(_suspect(p, _how(p), False) for p in failed)
+        certain = len(candidates) < total
+        return tuple(_suspect(p, _how(p), certain) for p in candidates)
     first = min(p.finished_at for p in stamped if p.finished_at is not None)
     earliest = [p for p in stamped if p.finished_at == first]
-    signalled = [p for p in earliest if worker_signal(p) is not None]
-    if signalled:
-        earliest = signalled
-    certain = len(earliest) < len(failed)
+    certain = len(earliest) < total
     return tuple(_suspect(p, _how(p), certain) for p in earliest)
 
 

@@ -67,7 +67,19 @@ def test_the_pod_that_ended_first_is_the_culprit_not_the_ones_that_lost_their_pe
         [pod(0, node="a", finished=1.0, message=TORCHRUN_PEER_GONE), pod(1, node="b")]
     )
     assert (suspect.rank, suspect.node, suspect.avoid) == (1, "b", True)
-    assert "ended first" in suspect.reason
+    assert suspect.reason == "pod job-0-1 on node b: Error with exit code 1"
+
+
+def test_the_rank_killed_by_a_signal_is_the_culprit_even_if_its_pod_ended_last() -> None:
+    """Seen with torchrun: the victim's worker fails on the broken collective and its pod
+    ends at once, while the killed worker's torchrun tears its rendezvous down first."""
+    (suspect,) = failure_suspects(
+        [
+            pod(0, node="a", finished=0.0, message=TORCHRUN_PEER_GONE),
+            pod(1, node="b", finished=4.0, message=TORCHRUN_KILLED),
+        ]
+    )
+    assert (suspect.rank, suspect.node, suspect.avoid) == (1, "b", True)
 
 
 def test_within_the_same_second_the_rank_killed_by_a_signal_is_the_culprit() -> None:
@@ -79,6 +91,16 @@ def test_within_the_same_second_the_rank_killed_by_a_signal_is_the_culprit() -> 
     )
     assert (suspect.rank, suspect.node, suspect.avoid) == (1, "b", True)
     assert "killed by signal 9" in suspect.reason
+
+
+def test_the_first_pod_to_fail_while_the_others_still_run_is_certain() -> None:
+    """Seen in the bad-node e2e: the decision comes as soon as one pod ended."""
+    (suspect,) = failure_suspects([pod(1, node="b", message=TORCHRUN_KILLED)], pods=2)
+    assert (suspect.rank, suspect.node, suspect.avoid) == (1, "b", True)
+    (plain,) = failure_suspects([pod(1, node="b")], pods=2)
+    assert plain.avoid
+    (alone,) = failure_suspects([pod(0, node="a")], pods=1)
+    assert not alone.avoid, "a one-pod job: nothing to tell it apart from"
 
 
 def test_a_tie_without_evidence_is_recorded_but_no_node_is_avoided() -> None:
