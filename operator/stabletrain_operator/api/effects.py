@@ -62,9 +62,12 @@ FIELD_EFFECTS: dict[str, Effect] = {
         "pods.torchrun_env (PET_NNODES, STABLETRAIN_NODES); reconcile launches one pod per node",
         _POD_CONTRACT,
         INTEG_OPERATOR_LIFECYCLE + "test_job_runs_its_torchrun_pods_to_success",
+        PODS + "test_non_default_workers_and_rendezvous_settings_reach_torchrun",
     ),
     "spec.workers.processesPerNode": _e(
-        "pods.torchrun_env (PET_NPROC_PER_NODE, STABLETRAIN_PROCESSES_PER_NODE)", _POD_CONTRACT
+        "pods.torchrun_env (PET_NPROC_PER_NODE, STABLETRAIN_PROCESSES_PER_NODE)",
+        _POD_CONTRACT,
+        PODS + "test_non_default_workers_and_rendezvous_settings_reach_torchrun",
     ),
     "spec.workers.template": _e(
         "pods.build_pod: the template is each worker pod, the operator's entries added",
@@ -90,12 +93,17 @@ FIELD_EFFECTS: dict[str, Effect] = {
     "spec.workers.rendezvous.backend": _e(
         "pods.torchrun_env (PET_RDZV_BACKEND; c10d also sets is_host)",
         PODS + "test_rank_zero_hosts_the_rendezvous_store",
+        PODS + "test_non_default_workers_and_rendezvous_settings_reach_torchrun",
     ),
     "spec.workers.rendezvous.port": _e(
-        "pods.torchrun_env (PET_RDZV_ENDPOINT, PET_MASTER_PORT)", _POD_CONTRACT
+        "pods.torchrun_env (PET_RDZV_ENDPOINT, PET_MASTER_PORT)",
+        _POD_CONTRACT,
+        PODS + "test_non_default_workers_and_rendezvous_settings_reach_torchrun",
     ),
     "spec.workers.rendezvous.timeoutSeconds": _e(
-        "pods.torchrun_env (PET_RDZV_CONF join_timeout)", _POD_CONTRACT
+        "pods.torchrun_env (PET_RDZV_CONF join_timeout)",
+        _POD_CONTRACT,
+        PODS + "test_non_default_workers_and_rendezvous_settings_reach_torchrun",
     ),
     "spec.checkpoints": _e(GROUP, PODS + "test_pod_carries_the_checkpoint_settings_of_the_spec"),
     "spec.checkpoints.local": _e(GROUP, _POD_CONTRACT),
@@ -168,6 +176,7 @@ FIELD_EFFECTS: dict[str, Effect] = {
     "spec.detection.baseline.emaFactor": _e(
         "signals.baseline.Baseline (the EMA the ratio rules compare with)",
         DETECTION + "test_ema_factor_weights_the_newest_value",
+        DETECTORS + "test_the_baseline_ema_moves_by_the_configured_factor",
     ),
     "spec.detection.baseline.window": _e(
         "signals.baseline.Baseline (the window of the robust z-score)",

@@ -216,3 +216,19 @@ def test_every_attempts_directives_carry_the_specs_detection() -> None:
     )
     assert wire["detection"]["lossSpike"]["ratio"] == 2.5
     assert wire["detection"]["lossSpike"]["consecutiveSteps"] == 6
+
+
+def test_non_default_workers_and_rendezvous_settings_reach_torchrun() -> None:
+    workers = {
+        "nodes": 3,
+        "processesPerNode": 4,
+        "template": {"spec": {"containers": [{"name": "trainer", "command": ["torchrun"]}]}},
+        "rendezvous": {"backend": "static", "port": 29555, "timeoutSeconds": 120},
+    }
+    variables = _env(pods.build_pod(spec(workers=workers), JOB, attempt=1, rank=2))
+    assert (variables["PET_NNODES"], variables[env.NODES]) == ("3", "3")
+    assert (variables["PET_NPROC_PER_NODE"], variables[env.PROCESSES_PER_NODE]) == ("4", "4")
+    assert variables["PET_RDZV_BACKEND"] == "static"
+    assert variables["PET_RDZV_ENDPOINT"] == "gpt-a1-0.gpt.team.svc:29555"
+    assert variables["PET_MASTER_PORT"] == "29555"
+    assert variables["PET_RDZV_CONF"] == "join_timeout=120", "static has no is_host"

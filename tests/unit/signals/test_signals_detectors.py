@@ -163,3 +163,14 @@ def test_seeding_state_survives_a_round_trip() -> None:
     restored = _detector(warmup_steps=0, min_samples=10)
     restored.load_state_dict(detector.state_dict())
     assert restored.observe(4, 6.0).anomalous
+
+
+@pytest.mark.parametrize("factor", [0.02, 0.5])
+def test_the_baseline_ema_moves_by_the_configured_factor(factor: float) -> None:
+    config = BaselineConfig(ema_factor=factor, window=8, min_samples=1, warmup_steps=0)
+    detector = SpikeDetector(SpikeConfig(ratio=10.0, consecutive_steps=3), config)
+    expected = None
+    for step, value in enumerate([2.0, 2.4, 1.8, 2.2]):
+        detector.observe(step, value)
+        expected = config.next_ema(expected, value)
+    assert detector.baseline == pytest.approx(expected)
