@@ -39,11 +39,13 @@ PFS_VOLUME = "stabletrain-pfs"
 DIRECTIVES_VOLUME = "stabletrain-directives"
 AGENT_PORT_NAME = naming.AGENT_PORT_NAME
 LINEAGE_SUBDIR = "lineage"
-PREVIOUS_NODE_WEIGHT = 100
+PREVIOUS_NODE_WEIGHT = 50
 """Preferred (not required) node affinity: a relaunched rank goes back to the node whose
 local tier holds its checkpoint when that node is still there, anywhere else otherwise."""
-SUSPECT_NODE_WEIGHT = PREVIOUS_NODE_WEIGHT + 1
-"""Keeping away from a suspect node weighs more than going back to the previous one."""
+SUSPECT_NODE_WEIGHT = 100
+"""Keeping away from a suspect node weighs more than going back to the previous one (the API
+server refuses weights outside 1-100: 101 made every relaunch away from a lost node fail
+with 422)."""
 DEFAULT_GRACE_SECONDS = 30
 LOST_NODE_TOLERATION_SECONDS = 15
 """A worker on a NotReady or unreachable node is evicted after 15 s instead of Kubernetes'

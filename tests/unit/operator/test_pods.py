@@ -83,7 +83,7 @@ def test_relaunch_prefers_the_previous_node() -> None:
     ]
     assert preferred == [
         {
-            "weight": 100,
+            "weight": 50,
             "preference": {
                 "matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-b"]}]
             },
