@@ -12,7 +12,8 @@
 #
 # Each image is keyed by a hash of its inputs (the operator's: the base image, the
 # Dockerfile and the build context) and cached in $STABLETRAIN_CACHE/images, so it is
-# rebuilt exactly when an input changes. Prints one line per image, tab-separated:
+# rebuilt exactly when an input changes. Arguments name the images wanted (default: all
+# three; the operator's brings the base). Prints one line per image, tab-separated:
 #   name  reference  archive  size-in-bytes
 # Build times are appended to $cache/images/build-times.log.
 set -euo pipefail
@@ -146,10 +147,16 @@ emit() { # name, reference, archive: and drop the archives of older inputs
     printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$(stat -c %s "$3")"
 }
 
+wanted=" ${*:-base pause operator} "
+wants() { [[ $wanted == *" $1 "* ]]; }
+for name in $wanted; do
+    [[ " base pause operator " == *" $name "* ]] || { log "no image named $name"; exit 1; }
+done
+
 base_key=$(printf '%s\n' "$RECIPE_VERSION" "$SUITE" "$BASE_PACKAGES" | key_of)
 base_ref=localhost/stabletrain/base:$base_key
 base_archive=$cache/base-$base_key.tar
-if [[ ! -f $base_archive ]]; then
+if { wants base || wants operator; } && [[ ! -f $base_archive ]]; then
     log "building the base image (debootstrap $SUITE: about 2 minutes)"
     timed base build_base "$base_key" "$base_archive"
 fi
@@ -157,7 +164,7 @@ fi
 pause_key=$( (echo "$RECIPE_VERSION"; go version; cat "$repo/hack/pause/main.go") | key_of)
 pause_ref=localhost/stabletrain/pause:$pause_key
 pause_archive=$cache/pause-$pause_key.tar
-if [[ ! -f $pause_archive ]]; then
+if wants pause && [[ ! -f $pause_archive ]]; then
     log "building the pause image"
     timed pause build_pause "$pause_key" "$pause_archive"
 fi
@@ -165,11 +172,11 @@ fi
 operator_key=$( (echo "$RECIPE_VERSION $base_key"; context_key) | key_of)
 operator_ref=localhost/stabletrain/operator:$operator_key
 operator_archive=$cache/operator-$operator_key.tar
-if [[ ! -f $operator_archive ]]; then
+if wants operator && [[ ! -f $operator_archive ]]; then
     log "building the operator image from the Dockerfile (buildah)"
     timed operator build_operator "$operator_ref" "$operator_archive" "$base_ref" "$base_archive"
 fi
 
-emit base "$base_ref" "$base_archive"
-emit pause "$pause_ref" "$pause_archive"
-emit operator "$operator_ref" "$operator_archive"
+if wants base; then emit base "$base_ref" "$base_archive"; fi
+if wants pause; then emit pause "$pause_ref" "$pause_archive"; fi
+if wants operator; then emit operator "$operator_ref" "$operator_archive"; fi

@@ -27,9 +27,12 @@ class Image:
         return self.reference.rsplit(":", 1)[1]
 
 
-def build_images() -> dict[str, Image]:
-    """base, pause and operator, rebuilt by the script when their inputs changed."""
-    done = subprocess.run(["bash", str(IMAGES_SCRIPT)], capture_output=True, text=True, check=False)
+def build_images(names: tuple[str, ...]) -> dict[str, Image]:
+    """These images (of base, pause, operator), rebuilt by the script when their inputs
+    changed: a node without the operator never waits for the operator image."""
+    done = subprocess.run(
+        ["bash", str(IMAGES_SCRIPT), *names], capture_output=True, text=True, check=False
+    )
     if done.returncode != 0:
         raise RuntimeError(f"{IMAGES_SCRIPT} failed:\n{done.stderr[-4000:]}")
     images = {}

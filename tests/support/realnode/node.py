@@ -271,8 +271,7 @@ def running_real_cluster(
     everything stopped and restored on exit."""
     timings: dict[str, float] = {}
     began = time.monotonic()
-    built = build_images()
-    images = {name: built[name] for name in {*image_names, "pause"}}
+    images = build_images(tuple(sorted({*image_names, "pause"})))
     timings["images"] = time.monotonic() - began
     with hoststate.exclusive_node():
         node_id = uuid.uuid4().hex[:8]
