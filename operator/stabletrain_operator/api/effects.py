@@ -188,7 +188,7 @@ FIELD_EFFECTS: dict[str, Effect] = {
         GUARD + "test_a_loss_spike_while_the_baseline_seeds_trips_instead_of_being_learned",
     ),
     "spec.detection.baseline.warmupSteps": _e(
-        "signals.spike.SpikeDetector (neither judged nor learned); plan.directives (re-warm-up)",
+        "signals.spike.SpikeDetector: global steps below it are neither judged nor learned",
         DETECTORS + "test_warmup_steps_are_neither_judged_nor_learned",
     ),
     "spec.detection.lossSpike": _e(
