@@ -1,0 +1,186 @@
+"""What the Lightning and HF Trainer adapters share: process group, tiers, guarded step.
+
+Frameworks own their optimizer step: they call ``optimizer.step(closure)`` themselves, and
+Lightning runs the forward and backward inside that closure. The guard must decide before
+the update whether it happens at all (a non-finite or tripping step never reaches the
+weights), so ``GuardedOptimizer`` replaces the ``step`` of the one optimizer instance the
+framework steps: the framework's call runs the closure, hands the loss to ``guard.step``,
+and the guard's own ``optimizer.step()`` reaches the real step under the directives' LR
+scale. Nothing else about the optimizer changes; ``uninstall`` puts the original back.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import os
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from stabletrain_agent.checkpoint.manager import CheckpointConfig
+from stabletrain_agent.checkpoint.states import RngState
+from stabletrain_agent.contract import env
+from stabletrain_agent.directives import DirectiveSource
+from stabletrain_agent.guard import Guard
+from stabletrain_agent.signals.monitor import Verdict
+
+
+def init_process_group_from_env() -> None:
+    """Join torchrun's process group now, so the checkpoints can be restored before the fit.
+
+    Both frameworks reuse a group that is already initialized (Lightning's DDP strategy
+    and accelerate check first), so the restore that must happen before they build their
+    state can run collectives. Outside torchrun (no WORLD_SIZE) the run is one process.
+    """
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or dist.is_initialized():
+        return
+    dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+
+
+def directed_resume_step(source: DirectiveSource | None = None) -> int | None:
+    """The step the operator's directives say this attempt resumes from (None: newest)."""
+    directives = (source or DirectiveSource.from_env()).latest()
+    return directives.resume_step if directives is not None else None
+
+
+def checkpoint_config(
+    keep: int | None = None, environ: Mapping[str, str] = os.environ
+) -> CheckpointConfig:
+    """The operator's tiers from the pod's environment; ``keep`` copies per tier if given."""
+    config = CheckpointConfig.from_env(environ)
+    if keep is None:
+        return config
+    if keep < 2:
+        raise ValueError(f"keep must be at least 2 checkpoints per tier, got {keep}")
+    return replace(config, keep_local=keep, keep_pfs=keep)
+
+
+def attempt_from_env() -> int:
+    return int(os.environ.get(env.ATTEMPT, "0"))
+
+
+@dataclass(frozen=True)
+class SaveMarks:
+    """How a checkpoint is filed: one taken inside an anomaly is evidence, never resumed."""
+
+    stable: bool
+    spike_marker: bool
+    anomalies: tuple[str, ...]
+    baseline: dict[str, float]
+
+    @classmethod
+    def of(cls, guard: Guard | None, verdict: Verdict | None) -> SaveMarks:
+        findings = verdict.findings if verdict is not None else ()
+        baseline: dict[str, float] = {}
+        if guard is not None:
+            loss_baseline = guard.monitor.snapshot().loss_baseline
+            if loss_baseline is not None:
+                baseline["loss"] = loss_baseline
+        return cls(
+            stable=not findings,
+            spike_marker=bool(findings),
+            anomalies=tuple(str(f.signal) for f in findings),
+            baseline=baseline,
+        )
+
+    def as_kwargs(self) -> dict[str, Any]:
+        return {
+            "stable": self.stable,
+            "spike_marker": self.spike_marker,
+            "anomalies": self.anomalies,
+            "baseline": self.baseline,
+        }
+
+
+class BlobState:
+    """One opaque value checkpointed as a single serialized item, restored before its owner.
+
+    torch.distributed.checkpoint loads into a template of the same keys and tensor shapes,
+    which a process that has not built the framework's state yet cannot offer (a fresh
+    optimizer has no state). A framework's checkpoint travels as one blob instead; the
+    framework restores it through its own loading path. The blob is written by this run
+    and read back by it, so it is unpickled like any torch checkpoint of one's own.
+    """
+
+    def __init__(self, source: Callable[[], object]) -> None:
+        self._source = source
+        self.loaded: Any = None
+        """The value of the checkpoint restored last (None: nothing restored)."""
+
+    def state_dict(self) -> dict[str, Any]:
+        buffer = io.BytesIO()
+        torch.save(self._source(), buffer)
+        return {"blob": buffer.getvalue()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.loaded = torch.load(io.BytesIO(state_dict["blob"]), weights_only=False)
+
+
+class DeferredRng(RngState):
+    """This rank's generators, put back once the framework has done its own seeding.
+
+    Both frameworks seed at start (Lightning's ``reset_seed`` in its process-group set-up,
+    the Trainer's ``set_seed``), which would overwrite generators restored before the fit.
+    """
+
+    def __init__(self) -> None:
+        self._pending: dict[str, Any] | None = None
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._pending = state_dict
+
+    def apply(self) -> None:
+        if self._pending is not None:
+            super().load_state_dict(self._pending)
+            self._pending = None
+
+
+class GuardedOptimizer:
+    """The framework's ``optimizer.step(closure)`` as closure, then ``guard.step(loss)``."""
+
+    def __init__(
+        self,
+        optimizer: torch.optim.Optimizer,
+        guard: Guard,
+        *,
+        loss_of: Callable[[Callable[[], Any] | None], torch.Tensor],
+        before_step: Callable[[], None],
+    ) -> None:
+        self.optimizer = optimizer
+        self.guard = guard
+        self._loss_of = loss_of
+        self._before_step = before_step
+        self._original = optimizer.step
+        self._inside = False
+        self.last_verdict: Verdict | None = None
+
+        def step(closure: Callable[[], Any] | None = None, **kwargs: Any) -> Any:
+            return self._step(closure, **kwargs)
+
+        # Keeps the LR scheduler's mark on the step it counts (it warns otherwise).
+        functools.update_wrapper(step, self._original)
+        optimizer.step = step  # type: ignore[method-assign]
+
+    def _step(self, closure: Callable[[], Any] | None = None, **kwargs: Any) -> Any:
+        if self._inside:  # the guard's own call: the real update
+            return self._original(**kwargs)
+        loss = self._loss_of(closure)
+        self._before_step()
+        self._inside = True
+        try:
+            self.last_verdict = self.guard.step(loss)
+        finally:
+            self._inside = False
+        return loss
+
+    def uninstall(self) -> None:
+        self.optimizer.step = self._original  # type: ignore[method-assign]
+
+
+def warn(message: str) -> None:
+    print(f"stabletrain: {message}", file=sys.stderr, flush=True)
