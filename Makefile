@@ -55,9 +55,10 @@ crds: $(STAMP) ## regenerate crds/, the chart's CRD copy and docs/api.md from th
 demo: $(STAMP) k8s-bins ## the self-healing demo: a tiny GPT, a poisoned shard, a rollback (timeline, Events, out/demo/*.png)
 	PYTHONPATH=tests $(PY) -m support.demo --out out/demo
 
-bench: $(STAMP) k8s-bins ## guard overhead vs the bare loop; replay vs the bare CSV parse; checkpoint I/O vs torch.save and cp; a real rollback's recovery timeline
+bench: $(STAMP) k8s-bins ## guard overhead vs the bare loop (plain, Lightning, HF Trainer); replay vs the bare CSV parse; checkpoint I/O vs torch.save and cp; a real rollback's recovery timeline
 	$(PY) bench/guard_overhead.py
 	$(PY) bench/guard_overhead.py --layers 4 --embd 128 --block 128 --rounds 10 --steps 20
+	$(PY) bench/framework_guard_overhead.py
 	$(PY) bench/replay_speed.py
 	$(PY) -W ignore bench/checkpoint_io.py
 	PYTHONPATH=tests $(PY) bench/recovery_timeline.py

@@ -20,7 +20,7 @@ from stabletrain_agent.integrations.hf import StableTrainCallback, default_outpu
 
 PFS = os.environ.get("STABLETRAIN_PFS_CHECKPOINT_DIR", "/tmp")
 SETTINGS = {"steps": 140, "lr": 3e-3, "warmup": 20, "batch": 8, "block": 64, "width": 64,
-            "shard_samples": 64, "checkpoint_every": 10, "keep": 12, "poison_shards": "",
+            "shard_samples": 64, "poison_shards": "",
             "log_dir": f"{PFS}/hf-trainer-log"}  # fmt: skip
 S = {k: type(v)(os.environ.get(f"TRAIN_{k.upper()}", v)) for k, v in SETTINGS.items()}
 
@@ -49,7 +49,7 @@ def main() -> None:
     loader = SkipAwareLoader(  # stabletrain
         data, corpus.shards, batch_size=S["batch"], rank=rank, world_size=world
     )
-    stabletrain = StableTrainCallback(loader, keep=S["keep"])  # stabletrain
+    stabletrain = StableTrainCallback(loader)  # stabletrain
     torch.manual_seed(1234)
     config = GPT2Config(
         vocab_size=VOCAB_SIZE,
@@ -67,7 +67,7 @@ def main() -> None:
         warmup_steps=S["warmup"],
         lr_scheduler_type="constant_with_warmup",
         adam_beta2=0.95,
-        save_steps=S["checkpoint_every"],
+        save_steps=stabletrain.interval_steps,  # stabletrain: spec.checkpoints.intervalSteps
         save_total_limit=2,
         logging_strategy="no",
         report_to=[],

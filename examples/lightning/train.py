@@ -22,7 +22,7 @@ from stabletrain_agent.integrations.lightning import StableTrainCallback  # stab
 
 PFS = os.environ.get("STABLETRAIN_PFS_CHECKPOINT_DIR", "/tmp")
 SETTINGS = {"steps": 140, "lr": 3e-3, "warmup": 20, "batch": 8, "block": 64, "width": 64,
-            "shard_samples": 64, "checkpoint_every": 10, "keep": 12, "poison_shards": "",
+            "shard_samples": 64, "poison_shards": "",
             "log_dir": f"{PFS}/lightning-log"}  # fmt: skip
 S = {k: type(v)(os.environ.get(f"TRAIN_{k.upper()}", v)) for k, v in SETTINGS.items()}
 
@@ -66,7 +66,7 @@ def main() -> None:
     loader = SkipAwareLoader(  # stabletrain
         data, corpus.shards, batch_size=S["batch"], rank=rank, world_size=world
     )
-    stabletrain = StableTrainCallback(loader, keep=S["keep"])  # stabletrain
+    stabletrain = StableTrainCallback(loader)  # stabletrain
     trainer = pl.Trainer(
         accelerator="cpu",
         devices=devices,
@@ -75,7 +75,9 @@ def main() -> None:
         max_steps=S["steps"],
         callbacks=[
             stabletrain,  # stabletrain
-            ModelCheckpoint(every_n_train_steps=S["checkpoint_every"], save_top_k=-1),
+            ModelCheckpoint(
+                every_n_train_steps=stabletrain.interval_steps, save_top_k=-1
+            ),  # stabletrain
             StepLog(S["log_dir"], stabletrain, data),
         ],
         plugins=[stabletrain.checkpoint_io],  # stabletrain

@@ -15,18 +15,20 @@ import functools
 import io
 import os
 import sys
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from stabletrain_agent.checkpoint.manager import CheckpointConfig
+from stabletrain_agent.checkpoint.manager import CheckpointManager, RestoreResult
+from stabletrain_agent.checkpoint.planned import restore_planned
+from stabletrain_agent.checkpoint.replicate import FlushResult, PfsCondition
 from stabletrain_agent.checkpoint.states import RngState
-from stabletrain_agent.contract import env
+from stabletrain_agent.contract.inventory import CheckpointRecord
 from stabletrain_agent.directives import DirectiveSource
-from stabletrain_agent.guard import Guard
+from stabletrain_agent.guard import Guard, GuardEnv
 from stabletrain_agent.signals.monitor import Verdict
 
 
@@ -42,26 +44,56 @@ def init_process_group_from_env() -> None:
     dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
 
 
-def directed_resume_step(source: DirectiveSource | None = None) -> int | None:
-    """The step the operator's directives say this attempt resumes from (None: newest)."""
-    directives = (source or DirectiveSource.from_env()).latest()
-    return directives.resume_step if directives is not None else None
+def restore_directed(manager: CheckpointManager) -> RestoreResult | None:
+    """Restore exactly the step the operator's directives name (0: nothing), before the fit.
+
+    Standalone (no directives) the newest restorable checkpoint is resumed. A planned step
+    that cannot be restored stops the process with RestoreFailed (checkpoint/planned.py).
+    """
+    return restore_planned(
+        manager,
+        DirectiveSource.from_env().latest(),
+        termination_path=GuardEnv.from_environ().termination_path,
+    )
 
 
-def checkpoint_config(
-    keep: int | None = None, environ: Mapping[str, str] = os.environ
-) -> CheckpointConfig:
-    """The operator's tiers from the pod's environment; ``keep`` copies per tier if given."""
-    config = CheckpointConfig.from_env(environ)
-    if keep is None:
-        return config
-    if keep < 2:
-        raise ValueError(f"keep must be at least 2 checkpoints per tier, got {keep}")
-    return replace(config, keep_local=keep, keep_pfs=keep)
+class FrameworkCheckpoints:
+    """The manager as the guard sees it inside a framework: saves go through the framework.
 
+    The guard saves by itself when the operator requests a checkpoint before suspending,
+    from inside the optimizer step. A framework's checkpoint can only be taken between its
+    steps (its loop counters are mid-step there), so that request is declined: the guard
+    reports no checkpoint and the operator resumes from the newest one the framework saved.
+    """
 
-def attempt_from_env() -> int:
-    return int(os.environ.get(env.ATTEMPT, "0"))
+    def __init__(self, manager: CheckpointManager) -> None:
+        self.manager = manager
+
+    def inventory(self) -> Sequence[CheckpointRecord]:
+        return self.manager.inventory()
+
+    def is_save_step(self, step: int) -> bool:
+        return self.manager.is_save_step(step)
+
+    def save(self, step: int, **marks: Any) -> None:
+        raise RuntimeError(
+            f"step {step}: the framework's checkpoints are taken between its steps, not on "
+            "request from inside one; the newest saved checkpoint stays the resume point"
+        )
+
+    def wait(self) -> None:
+        self.manager.wait()
+
+    def flush(self, deadline_s: float, before_step: int | None = None) -> FlushResult:
+        return self.manager.flush(deadline_s, before_step)
+
+    @property
+    def inventory_version(self) -> int:
+        return self.manager.inventory_version
+
+    @property
+    def pfs_condition(self) -> PfsCondition:
+        return self.manager.pfs_condition
 
 
 @dataclass(frozen=True)

@@ -41,18 +41,21 @@ import torch.distributed as dist
 from torch.utils.hooks import RemovableHandle
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
-from stabletrain_agent.checkpoint.manager import CheckpointManager, RestoreResult
+from stabletrain_agent.checkpoint.manager import (
+    CheckpointConfig,
+    CheckpointManager,
+    RestoreResult,
+)
 from stabletrain_agent.contract import env
 from stabletrain_agent.data.loader import SkipAwareLoader
-from stabletrain_agent.directives import DirectiveSource
 from stabletrain_agent.guard import Guard
 from stabletrain_agent.integrations.core import (
     BlobState,
+    FrameworkCheckpoints,
     GuardedOptimizer,
     SaveMarks,
-    checkpoint_config,
-    directed_resume_step,
     init_process_group_from_env,
+    restore_directed,
 )
 from stabletrain_agent.preflight import preflight_requested
 
@@ -72,7 +75,6 @@ class StableTrainCallback(TrainerCallback):
         loader: SkipAwareLoader[Any],
         *,
         max_grad_norm: float | None = 1.0,
-        keep: int | None = None,
         checkpoint_interval_steps: int | None = None,
     ) -> None:
         self.loader = loader
@@ -95,16 +97,21 @@ class StableTrainCallback(TrainerCallback):
         if preflight_requested():
             return  # the preflight pod only gathers facts: Guard.from_env exits at train begin
         init_process_group_from_env()
-        config = checkpoint_config(keep)
+        config = CheckpointConfig.from_env()
         self.manager = CheckpointManager(
             config, {"guard": self._guard_state}, {"trainer": self._trainer_files}
         )
-        self.restored = self.manager.restore(
-            max_step=directed_resume_step(DirectiveSource.from_env())
-        )
+        self.restored = restore_directed(self.manager)
         if self.restored is not None:
             target = config.local_root / RESUME_DIR / f"attempt-{config.attempt}"
             self.resume_from_checkpoint = str(self._write_restored(target, self.restored.step))
+
+    @property
+    def interval_steps(self) -> int:
+        """spec.checkpoints.intervalSteps: what TrainingArguments(save_steps=) takes."""
+        if self.manager is None:
+            return CheckpointConfig.from_env().interval_steps
+        return self.manager.config.interval_steps
 
     def _write_restored(self, root: Path, step: int) -> Path:
         """Put this rank's restored files where the Trainer resumes from; all ranks wait."""
@@ -153,7 +160,7 @@ class StableTrainCallback(TrainerCallback):
             raw,
             max_grad_norm=self.max_grad_norm,
             data=self.loader,
-            checkpoints=self.manager,
+            checkpoints=FrameworkCheckpoints(self.manager) if self.manager else None,
             checkpoint_interval_steps=self.checkpoint_interval_steps,
         )
         if self.restored is not None:

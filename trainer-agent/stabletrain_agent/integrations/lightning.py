@@ -3,7 +3,10 @@
     stabletrain = StableTrainCallback(loader)          # restores what the directives say
     trainer = pl.Trainer(
         max_steps=...,
-        callbacks=[stabletrain, ModelCheckpoint(every_n_train_steps=25, save_top_k=-1)],
+        callbacks=[
+            stabletrain,
+            ModelCheckpoint(every_n_train_steps=stabletrain.interval_steps, save_top_k=-1),
+        ],
         plugins=[stabletrain.checkpoint_io],
     )
     trainer.fit(module, train_dataloaders=loader, ckpt_path=stabletrain.ckpt_path)
@@ -22,10 +25,11 @@ other ranks from ``on_save_checkpoint``. That hook runs before the LightningModu
 ``on_save_checkpoint``, so a module that adds state there is refused at set-up.
 
 Restoring follows the directives: the callback joins torchrun's process group and restores
-the directed step (or the newest, standalone) when it is built, before Lightning builds
-anything; ``ckpt_path`` then names that checkpoint, the plugin hands Lightning the dict, and
-Lightning restores weights, optimizer, schedulers and loops its own way. The guard's state
-(monitor baselines, LR scale, the loader's cursor) is the callback's Lightning state.
+exactly the directed step (checkpoint/planned.py; the newest standalone) when it is built,
+before Lightning builds anything; ``ckpt_path`` then names that checkpoint, the plugin
+hands Lightning the dict, and Lightning restores weights, optimizer, schedulers and loops
+its own way. The guard's state (monitor baselines, LR scale, the loader's cursor) is the
+callback's Lightning state.
 """
 
 from __future__ import annotations
@@ -37,18 +41,21 @@ from lightning_fabric.plugins.io.checkpoint_io import CheckpointIO
 from pytorch_lightning.utilities.model_helpers import is_overridden
 from torch import Tensor
 
-from stabletrain_agent.checkpoint.manager import CheckpointManager, RestoreResult
+from stabletrain_agent.checkpoint.manager import (
+    CheckpointConfig,
+    CheckpointManager,
+    RestoreResult,
+)
 from stabletrain_agent.data.loader import SkipAwareLoader
-from stabletrain_agent.directives import DirectiveSource
 from stabletrain_agent.guard import Guard
 from stabletrain_agent.integrations.core import (
     BlobState,
     DeferredRng,
+    FrameworkCheckpoints,
     GuardedOptimizer,
     SaveMarks,
-    checkpoint_config,
-    directed_resume_step,
     init_process_group_from_env,
+    restore_directed,
 )
 from stabletrain_agent.preflight import preflight_requested
 
@@ -95,7 +102,6 @@ class StableTrainCallback(pl.Callback):
         loader: SkipAwareLoader[Any],
         *,
         max_grad_norm: float | None = 1.0,
-        keep: int | None = None,
         checkpoint_interval_steps: int | None = None,
     ) -> None:
         self.loader = loader
@@ -115,11 +121,16 @@ class StableTrainCallback(pl.Callback):
             return  # the preflight pod only gathers facts: Guard.from_env exits in on_fit_start
         init_process_group_from_env()
         self.manager = CheckpointManager(
-            checkpoint_config(keep), {"lightning": self._checkpoint}, {"rng": self._rng}
+            CheckpointConfig.from_env(), {"lightning": self._checkpoint}, {"rng": self._rng}
         )
-        self.restored = self.manager.restore(
-            max_step=directed_resume_step(DirectiveSource.from_env())
-        )
+        self.restored = restore_directed(self.manager)
+
+    @property
+    def interval_steps(self) -> int:
+        """spec.checkpoints.intervalSteps: what ModelCheckpoint(every_n_train_steps=) takes."""
+        if self.manager is None:
+            return CheckpointConfig.from_env().interval_steps
+        return self.manager.config.interval_steps
 
     @property
     def ckpt_path(self) -> str | None:
@@ -171,7 +182,7 @@ class StableTrainCallback(pl.Callback):
             optimizer,
             max_grad_norm=self.max_grad_norm,
             data=self.loader,
-            checkpoints=self.manager,
+            checkpoints=FrameworkCheckpoints(self.manager) if self.manager else None,
             checkpoint_interval_steps=self.checkpoint_interval_steps,
         )
         if self._loaded_state is not None:
