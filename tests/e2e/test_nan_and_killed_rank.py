@@ -10,12 +10,29 @@ helper resumes at the exact batch the checkpoint recorded.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 
+import pytest
+from kubernetes import client
+
+from support.controlplane import ControlPlane
 from support.localnode import LocalCluster
 from support.operator import Jobs, OperatorProcess
 from support.tinygpt import StepLogs, job_manifest
 
 HEALTHY = {"TINYGPT_POISON_SHARDS": None}
+
+
+@pytest.fixture
+def local_cluster(
+    api_client: client.ApiClient, control_plane: ControlPlane
+) -> Iterator[LocalCluster]:
+    """Three nodes, the job uses two: the killed rank's node becomes a suspect and the restart
+    keeps away from it. On two nodes both pods would land on one node and share its local tier,
+    which the checkpoint layout does not separate yet (a known defect, see docs/operator.md)."""
+    with LocalCluster(api_client, nodes=("node-a", "node-b", "node-c")) as cluster:
+        yield cluster
+    control_plane.check_alive()
 
 
 def finished(status: dict[str, object]) -> bool:
