@@ -10,7 +10,7 @@ K8S_VERSION ?= v1.34.4
 export STABLETRAIN_K8S_BIN_DIR ?= $(STABLETRAIN_CACHE)/k8s/$(K8S_VERSION)
 PYTEST_ARGS ?=
 
-.PHONY: help install lint test unit crds k8s-bins node-runtime images demo bench clean
+.PHONY: help install lint test unit crds k8s-bins node-runtime images realnode demo bench clean
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -46,8 +46,11 @@ lint: $(STAMP) ## ruff, mypy --strict on both packages, import contracts
 unit: $(STAMP) k8s-bins ## the tests that need no cluster (the chart's need helm and the PromQL checker)
 	$(PY) -m pytest -m "not integration and not e2e" $(PYTEST_ARGS)
 
-test: $(STAMP) k8s-bins images lint ## everything CI runs: lint, unit, integration and end-to-end tests
-	$(PY) -m pytest --durations=15 $(PYTEST_ARGS)
+test: $(STAMP) k8s-bins lint ## everything CI runs: lint, unit, integration and end-to-end tests (the real-node tier is `make realnode`)
+	$(PY) -m pytest --durations=15 -m "not realnode" $(PYTEST_ARGS)
+
+realnode: $(STAMP) k8s-bins images ## the real-node tier: helm install of the built operator image, a rollback in real containers, cleanup after SIGKILL
+	$(PY) -m pytest --durations=5 -m realnode $(PYTEST_ARGS)
 
 crds: $(STAMP) ## regenerate crds/, the chart's CRD copy and docs/api.md from the pydantic models
 	$(PY) -m stabletrain_operator.api.crdgen

@@ -32,6 +32,8 @@ from support.realnode.node import RealCluster, running_real_cluster
 from support.realnode.requirements import node_binaries, unavailable_reason
 from support.tinygpt import REPO, StepLogs, job_manifest
 
+pytestmark = pytest.mark.realnode
+
 Json = dict[str, Any]
 ROLLBACK = {
     "minStepsBeforeOnset": 25,

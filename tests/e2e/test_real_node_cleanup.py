@@ -24,6 +24,8 @@ from support.realnode.hoststate import CGROUP_PREFIX
 from support.realnode.leftovers import HostSnapshot, find_leftovers
 from support.realnode.requirements import node_binaries, unavailable_reason
 
+pytestmark = pytest.mark.realnode
+
 TESTS = Path(__file__).resolve().parents[1]
 
 
