@@ -73,31 +73,33 @@ class Observation:
         return self.onset_step if self.onset_step is not None else self.step
 
 
-def worker_failure(*, step: int | None, evidence: str) -> Observation:
-    """A crashed, OOM-killed, evicted or lost worker: infrastructure, never the model's fault."""
+def _infrastructure(
+    signal: Signal, source: ObservationSource, *, step: int | None, evidence: str
+) -> Observation:
+    """A fault of the machinery around the model, sustained as soon as it is seen."""
     return Observation(
-        signal=Signal.WORKER_FAILURE.value,
+        signal=signal.value,
         anomaly_class=AnomalyClass.INFRASTRUCTURE,
         step=step,
         onset_step=step,
         sustained=True,
         tripped=False,
         evidence=evidence,
-        source=ObservationSource.POD_FAILURE,
+        source=source,
+    )
+
+
+def worker_failure(*, step: int | None, evidence: str) -> Observation:
+    """A crashed, OOM-killed, evicted or lost worker: infrastructure, never the model's fault."""
+    return _infrastructure(
+        Signal.WORKER_FAILURE, ObservationSource.POD_FAILURE, step=step, evidence=evidence
     )
 
 
 def stalled(*, step: int | None, evidence: str) -> Observation:
     """The run stopped making progress: infrastructure until proven otherwise."""
-    return Observation(
-        signal=Signal.STALLED.value,
-        anomaly_class=AnomalyClass.INFRASTRUCTURE,
-        step=step,
-        onset_step=step,
-        sustained=True,
-        tripped=False,
-        evidence=evidence,
-        source=ObservationSource.HEARTBEAT,
+    return _infrastructure(
+        Signal.STALLED, ObservationSource.HEARTBEAT, step=step, evidence=evidence
     )
 
 
