@@ -44,18 +44,22 @@ class Faults:
     def strikes(self, attempt: int) -> bool:
         return attempt == self.fault_attempt
 
+    def kills(self, step: int, rank: int, attempt: int) -> bool:
+        """Whether this rank dies before `step`: on the bad node, or as the chosen accident."""
+        if step != self.kill_at:
+            return False
+        bad_node = bool(self.kill_node) and self.node == self.kill_node
+        return bad_node or (self.strikes(attempt) and rank == self.kill_rank)
+
     def before_step(self, step: int, rank: int, attempt: int) -> None:
         """Kill or stall this rank when the step and the attempt are the chosen ones."""
-        if self.kill_node and self.node == self.kill_node and step == self.kill_at:
-            print(f"tiny-gpt: rank {rank} on bad node {self.node} dies at step {step}", flush=True)
+        if self.kills(step, rank, attempt):
+            print(f"tiny-gpt: rank {rank} on node {self.node} dies at step {step}", flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
         if rank == self.slow_rank:
             time.sleep(self.slow_seconds)
         if not self.strikes(attempt):
             return
-        if step == self.kill_at and rank == self.kill_rank:
-            print(f"tiny-gpt: rank {rank} kills itself at step {step}", flush=True)
-            os.kill(os.getpid(), signal.SIGKILL)
         if step == self.stall_at and rank == self.stall_rank:
             print(f"tiny-gpt: rank {rank} stalls {self.stall_seconds} s at step {step}", flush=True)
             time.sleep(self.stall_seconds)

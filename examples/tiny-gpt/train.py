@@ -214,6 +214,10 @@ def main() -> None:
     try:
         while guard.global_step < args.steps:
             step = guard.global_step + 1
+            if faults.kills(step, rank, attempt):
+                # Dead once its copies are on the PFS, so every run restarts from the same
+                # checkpoint; dying with a copy still in flight is the selection's unit tests.
+                manager.flush(60.0)
             faults.before_step(step, rank, attempt)
             batch = next(batches)
             loss = model(batch[:, :-1], batch[:, 1:])

@@ -116,3 +116,49 @@ def test_a_committed_save_is_scraped_without_any_trip(
     finally:
         manager.close()
         guard.close()
+
+
+def test_a_copy_landing_while_the_training_thread_is_blocked_is_still_exported(
+    tmp_path: Path, exporter: AgentExporter
+) -> None:
+    """A peer died: this rank's training thread waits in a collective and steps no more.
+    The restart is planned from this export, so a copy that reaches the PFS now must be
+    listed complete without another step (the copy lands once the PFS comes back)."""
+    model = nn.Linear(8, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    source = DirectiveSource(0, Directives(generation=1, attempt=0))
+    guard = Guard(
+        model, optimizer, directives=source, exporter=exporter, guard_env=GuardEnv(node="node-a")
+    )
+    config = CheckpointConfig(
+        tmp_path / "local", tmp_path / "pfs", 0, "node-a", replication_retry_s=0.2
+    )
+    manager = CheckpointManager(config, {"train": guard})
+    guard.checkpoints = manager
+    (tmp_path / "pfs").mkdir()
+    try:
+        assert manager.restore() is None
+        (tmp_path / "pfs").rename(tmp_path / "pfs-gone")  # the PFS goes away
+        loss = model(torch.randn(4, 8)).pow(2).mean()
+        loss.backward()
+        guard.step(loss)
+        manager.save(guard.global_step, stable=True)
+        manager.wait()
+        loss = model(torch.randn(4, 8)).pow(2).mean()
+        loss.backward()
+        guard.step(loss)  # the last step: the scan sees the copy waiting for the PFS
+        deadline = time.monotonic() + 10
+        while not (status := fetch_status(exporter.url)).inventory:
+            assert time.monotonic() < deadline, status
+            time.sleep(0.05)
+        assert [(r.step, r.pfs.complete) for r in status.inventory] == [(1, False)]
+
+        (tmp_path / "pfs-gone").rename(tmp_path / "pfs")  # it is back; no step from here on
+        deadline = time.monotonic() + 10
+        while not (status := fetch_status(exporter.url)).inventory[0].pfs.verified:
+            assert time.monotonic() < deadline, f"the landed copy was never exported: {status}"
+            time.sleep(0.05)
+        assert status.pfs_available is True
+    finally:
+        manager.close()
+        guard.close()

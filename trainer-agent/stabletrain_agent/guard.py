@@ -180,8 +180,8 @@ class Guard:
         flush. Settable after construction: the manager usually checkpoints the guard
         itself, so it is built after it."""
         self._exported_version: int | None = None
-        self._rescan_at: float | None = None
         self._inventory_export: threading.Thread | None = None
+        self._stop_export = threading.Event()
         self._group = process_group
         distributed = dist.is_available() and dist.is_initialized()
         self.rank = dist.get_rank(process_group) if distributed else 0
@@ -273,6 +273,7 @@ class Guard:
 
     def close(self) -> None:
         """Stop serving metrics and directives (safe to call more than once)."""
+        self._stop_export.set()  # no join: a scan stuck on a hung PFS must not hold the exit
         if self.exporter is not None:
             self.exporter.stop()
 
@@ -358,44 +359,54 @@ class Guard:
         so the scrape must already list the newest checkpoints.  The version check costs no
         I/O; a scan runs only when the manager committed a save, a copy reached the PFS or
         the PFS condition changed, and in a background thread: the scan verifies parts other
-        nodes wrote to the PFS, which would stall the step.  At most one scan runs at a time;
-        a change during it is picked up by the next step.
-
-        Other nodes' parts reaching the PFS move no version here, so while a checkpoint this
-        node holds is not complete on the PFS yet, the scan is repeated every
-        INVENTORY_RESCAN_SECONDS: the scrape then lists it complete soon after the slowest
-        node's copy lands, not only at this node's next save.
+        nodes wrote to the PFS, which would stall the step.  At most one scan thread runs at
+        a time.
         """
         if self.checkpoints is None:
             return
-        version = self.checkpoints.inventory_version
         running = self._inventory_export
         if running is not None and running.is_alive():
             return
-        rescan = self._rescan_at is not None and time.monotonic() >= self._rescan_at
-        if version == self._exported_version and not rescan:
+        if self.checkpoints.inventory_version == self._exported_version:
             return
-        self._exported_version = version
         self._inventory_export = threading.Thread(
             target=self._export_checkpoints, name="stabletrain-inventory", daemon=True
         )
         self._inventory_export.start()
 
     def _export_checkpoints(self) -> None:
+        """Scan and export; while a copy this node holds is not complete on the PFS yet,
+        scan again every INVENTORY_RESCAN_SECONDS, in this thread.
+
+        Other nodes' parts reaching the PFS move no version here, and the training thread
+        may be blocked in a collective for good (a peer just died): the operator plans that
+        restart from this export, so it must list a checkpoint complete as soon as the
+        slowest node's copy lands, with no step needed to notice.
+        """
         checkpoints, exporter = self.checkpoints, self.exporter
         if checkpoints is None or exporter is None:
             return
-        try:
-            records = checkpoints.inventory()
-        except Exception as error:  # a disk error must not end training; retried next step
-            self._exported_version = None
-            print(f"stabletrain: checkpoint inventory not exported: {error!r}", file=sys.stderr)
-            return
-        condition = checkpoints.pfs_condition
-        exporter.set_inventory(records)
-        exporter.set_pfs(condition.available, condition.message)
-        waiting = any(r.local and not r.pfs.complete for r in records)
-        self._rescan_at = time.monotonic() + INVENTORY_RESCAN_SECONDS if waiting else None
+        while True:
+            self._exported_version = checkpoints.inventory_version
+            try:
+                records = checkpoints.inventory()
+            except Exception as error:  # a disk error must not end training; retried next step
+                self._exported_version = None
+                print(f"stabletrain: checkpoint inventory not exported: {error!r}", file=sys.stderr)
+                return
+            condition = checkpoints.pfs_condition
+            exporter.set_inventory(records)
+            exporter.set_pfs(condition.available, condition.message)
+            waiting = any(r.local and not r.pfs.complete for r in records)
+            if not waiting or self._stop_export.wait(INVENTORY_RESCAN_SECONDS):
+                return
+
+    def _stop_inventory_export(self) -> None:
+        """Stop the scan thread and wait for it: nothing may overwrite a newer export."""
+        self._stop_export.set()
+        if self._inventory_export is not None:
+            self._inventory_export.join()
+        self._stop_export.clear()
 
     def state_dict(self) -> dict[str, Any]:
         """Everything to resume exactly: step, monitor baselines, data cursor, LR state.
@@ -568,8 +579,7 @@ class Guard:
         lead = verdict.tripping[0]
         lineage_path = self._write_lineage(lead.onset_step)
         records: Sequence[CheckpointRecord] = ()
-        if self._inventory_export is not None:  # it must not overwrite the newer view below
-            self._inventory_export.join()
+        self._stop_inventory_export()  # it must not overwrite the newer view below
         if self.checkpoints is not None:
             # Copies from before the onset are the rollback targets: get them to the PFS.
             self.checkpoints.flush(CHECKPOINT_FLUSH_SECONDS, lead.onset_step)
