@@ -46,10 +46,10 @@ lint: $(STAMP) ## ruff, mypy --strict on both packages, import contracts
 unit: $(STAMP) k8s-bins ## the tests that need no cluster (the chart's need helm and the PromQL checker)
 	$(PY) -m pytest -m "not integration and not e2e" $(PYTEST_ARGS)
 
-test: $(STAMP) k8s-bins lint ## everything CI runs: lint, unit, integration and end-to-end tests (the real-node tier is `make realnode`)
-	$(PY) -m pytest --durations=15 -m "not realnode" $(PYTEST_ARGS)
+test: $(STAMP) k8s-bins images lint ## everything CI runs: lint, unit, integration, end-to-end and real-node tests (those skip, saying why, without root)
+	$(PY) -m pytest --durations=15 $(PYTEST_ARGS)
 
-realnode: $(STAMP) k8s-bins images ## the real-node tier: helm install of the built operator image, a rollback in real containers, cleanup after SIGKILL
+realnode: $(STAMP) k8s-bins images ## the real-node tier alone: helm install of the built operator image, a rollback in real containers, cleanup after SIGKILL
 	$(PY) -m pytest --durations=5 -m realnode $(PYTEST_ARGS)
 
 crds: $(STAMP) ## regenerate crds/, the chart's CRD copy and docs/api.md from the pydantic models
