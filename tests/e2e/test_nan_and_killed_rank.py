@@ -28,8 +28,7 @@ def local_cluster(
     api_client: client.ApiClient, control_plane: ControlPlane
 ) -> Iterator[LocalCluster]:
     """Three nodes, the job uses two: the killed rank's node becomes a suspect and the restart
-    keeps away from it. On two nodes both pods would land on one node and share its local tier,
-    which the checkpoint layout does not separate yet (a known defect, see docs/operator.md)."""
+    moves that rank to the spare node, as a cluster with a spare would."""
     with LocalCluster(api_client, nodes=("node-a", "node-b", "node-c")) as cluster:
         yield cluster
     control_plane.check_alive()

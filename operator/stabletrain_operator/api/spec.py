@@ -140,15 +140,18 @@ class LocalTierSpec(ApiModel):
     )
 
     host_path: str | None = Field(default=None, pattern="^/.*", max_length=4096)
-    """Directory on the node, mounted as a hostPath volume (type DirectoryOrCreate)."""
+    """Directory on the node, mounted as a hostPath volume (type DirectoryOrCreate). Each pod
+    keeps its copies under `node-<node rank>/` in it, so two pods of the job on one node never
+    touch each other's; give every job a directory of its own."""
     volume: dict[str, Any] | None = Field(default=None, json_schema_extra=PRESERVE_UNKNOWN)
     """Any core/v1 volume source instead (e.g. an ephemeral or local PersistentVolume claim)."""
     retention: int = Field(default=DEFAULT_RETENTION, ge=MIN_KEEP, le=1000)
-    """Regular checkpoints kept on each node (spike markers and the rollback target come on
-    top); at least 2 so the rollback target survives a new save."""
+    """Regular checkpoints each pod keeps on its node (spike markers and the rollback target
+    come on top); at least 2 so the rollback target survives a new save."""
     size_limit: Quantity | None = None
-    """Budget on the tier: the agent keeps fewer checkpoints (never below 2) so that the kept
-    ones plus the one being written fit, dropping spike markers and the oldest first."""
+    """Budget of each pod's part of the tier: the agent keeps fewer checkpoints (never below
+    2) so that the kept ones plus the one being written fit, dropping spike markers and the
+    oldest first."""
 
     @model_validator(mode="after")
     def _one_source(self) -> Self:

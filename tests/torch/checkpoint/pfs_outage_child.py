@@ -24,7 +24,7 @@ def save(manager: CheckpointManager, holder: Holder, step: int) -> bool:
     holder.state = reference(step)
     manager.save(step, stable=True)
     manager.wait()
-    return local_copy_dir(manager.config.local_root, step, 1).is_dir()
+    return local_copy_dir(manager.config.local_dir, step, 1).is_dir()
 
 
 def pfs_steps(manager: CheckpointManager) -> list[int]:

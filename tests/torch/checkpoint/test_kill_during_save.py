@@ -26,7 +26,7 @@ from stabletrain_agent.checkpoint.inventory import (
     scan_local,
     scan_pfs,
 )
-from stabletrain_agent.checkpoint.layout import local_copy_dir, pfs_part_dir
+from stabletrain_agent.checkpoint.layout import local_copy_dir, local_part_root, pfs_part_dir
 from stabletrain_agent.checkpoint.manager import CheckpointConfig, CheckpointManager
 from support.processes import DIE_WITH_PARENT
 
@@ -98,6 +98,7 @@ def check_listed_copies(local: Path, pfs: Path, loaded: set[tuple[object, ...]])
     loaded again; the listing itself is always recomputed from scratch.
     """
     cache = VerifyCache()
+    local = local_part_root(local, "0")
     records = build_records(
         "n0", scan_local(local, "0", cache), scan_pfs(pfs, cache), combined_fence([local, pfs])
     )

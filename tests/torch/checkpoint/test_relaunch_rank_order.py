@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from test_two_nodes import assert_bit_exact
 
-from stabletrain_agent.checkpoint.layout import local_copy_dir
+from stabletrain_agent.checkpoint.layout import local_copy_dir, local_part_root
 from stabletrain_agent.contract import env
 from support.processes import ManagedProcess, free_port
 
@@ -92,8 +92,9 @@ def test_relaunch_with_swapped_global_ranks_restores_each_pods_own_state(tmp_pat
 
 
 def test_pods_that_swap_nodes_restore_their_own_part_from_the_pfs(tmp_path: Path) -> None:
-    """A relaunched pod that lands on the other pod's node finds that node's local copy
-    holds the other node rank's state: it takes its own part from the PFS instead."""
+    """A relaunched pod that lands on the other pod's node finds no copy of its own node
+    rank on that node's local tier (the other's stays apart, untouched): it takes its own
+    part from the PFS instead."""
     (tmp_path / "pfs").mkdir()
     relaunch(tmp_path, "save", 1, ("127.0.0.1", "127.0.0.2"))
     (tmp_path / "local-node-a").rename(tmp_path / "local-swap")
@@ -106,5 +107,6 @@ def test_pods_that_swap_nodes_restore_their_own_part_from_the_pfs(tmp_path: Path
         before = torch.load(tmp_path / f"save-1-node{node_rank}.pt", weights_only=False)
         after = torch.load(tmp_path / f"restore-2-node{node_rank}.pt", weights_only=False)
         assert_bit_exact(before, after, f"node{node_rank}")
-    for node in NODES:  # each local tier now holds its new pod's copy
-        assert local_copy_dir(tmp_path / f"local-{node}", 3, 1).is_dir()
+    for node in NODES:  # each local tier now holds both node ranks' copies, apart
+        for part in ("0", "1"):
+            assert local_copy_dir(local_part_root(tmp_path / f"local-{node}", part), 3, 1).is_dir()

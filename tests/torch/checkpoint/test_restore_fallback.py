@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from ckpt_reference import Holder, empty_app, matches, reference
 
-from stabletrain_agent.checkpoint.layout import local_copy_dir, pfs_part_dir
+from stabletrain_agent.checkpoint.layout import local_copy_dir, local_part_root, pfs_part_dir
 from stabletrain_agent.checkpoint.manager import CheckpointConfig, CheckpointManager
 from stabletrain_agent.contract.inventory import compact_inventory
 
@@ -55,20 +55,21 @@ def restore(local: Path, pfs: Path, attempt: int) -> tuple[Holder, object]:
 
 def test_damaged_local_copy_falls_back_to_pfs_and_reseeds(tiers: tuple[Path, Path]) -> None:
     local, pfs = tiers
-    flip_a_byte(local_copy_dir(local, 20, 1))
+    flip_a_byte(local_copy_dir(local_part_root(local, "0"), 20, 1))
     holder, result = restore(local, pfs, 2)
     assert result is not None
     assert (result.step, result.source) == (20, "pfs")  # type: ignore[attr-defined]
     assert "fails its crc32 check" in result.rejected[0]  # type: ignore[attr-defined]
     assert matches(holder, reference(20))
-    assert len(list((local / "step-0000000020").glob(".corrupt-attempt-1-*"))) == 1  # kept
+    kept = (local_part_root(local, "0") / "step-0000000020").glob(".corrupt-attempt-1-*")
+    assert len(list(kept)) == 1
     holder, result = restore(local, pfs, 3)  # the re-seeded local copy is now used
     assert (result.step, result.source) == (20, "local")  # type: ignore[attr-defined]
 
 
 def test_both_copies_damaged_falls_back_to_the_older_checkpoint(tiers: tuple[Path, Path]) -> None:
     local, pfs = tiers
-    flip_a_byte(local_copy_dir(local, 20, 1))
+    flip_a_byte(local_copy_dir(local_part_root(local, "0"), 20, 1))
     flip_a_byte(pfs_part_dir(pfs, 20, 1, "0"))
     holder, result = restore(local, pfs, 2)
     assert result is not None
@@ -100,7 +101,7 @@ def test_fallback_skips_unstable_for_a_rollback_and_never_restores_spike_markers
         assert not manager.flush(30).timed_out
     finally:
         manager.close()
-    flip_a_byte(local_copy_dir(local, 30, 1))
+    flip_a_byte(local_copy_dir(local_part_root(local, "0"), 30, 1))
     flip_a_byte(pfs_part_dir(pfs, 30, 1, "0"))
 
     restart = empty_app()

@@ -73,7 +73,7 @@ def test_interval_and_retention_come_from_the_spec(tmp_path: Path) -> None:
         assert run(manager, holder, range(1, 21), stable=True) == [3, 6, 9, 12, 15, 18]
     finally:
         manager.close()
-    assert steps_on(config.local_root) == [15, 18]
+    assert steps_on(config.local_dir) == [15, 18]
     # Trimmed when a copy lands, not only at the next save: the flush returned after it.
     assert steps_on(config.pfs_root) == [12, 15, 18]
 
@@ -94,7 +94,7 @@ def test_spike_markers_keep_the_earliest_of_the_newest_episode(tmp_path: Path) -
         assert second == [14]
     finally:
         manager.close()
-    local = {step: read_manifest(path) for step, _, path in iter_attempt_dirs(config.local_root)}
+    local = {step: read_manifest(path) for step, _, path in iter_attempt_dirs(config.local_dir)}
     assert [s for s, m in local.items() if m.spike_marker] == [14]
     assert local[14].episode == 14
     assert [s for s, m in local.items() if not m.spike_marker] == [2, 4, 12]
@@ -116,7 +116,7 @@ def test_the_size_limit_keeps_fewer_local_copies_than_the_retention(tmp_path: Pa
         assert run(manager, holder, range(1, 9), stable=True) == list(range(1, 9))
     finally:
         manager.close()
-    assert steps_on(config.local_root) == [6, 7, 8]
+    assert steps_on(config.local_dir) == [6, 7, 8]
     used = sum(f.stat().st_size for f in config.local_root.rglob("*") if f.is_file())
     assert used <= limit, (used, limit)
     assert steps_on(config.pfs_root) == [6, 7, 8]
@@ -135,5 +135,5 @@ def measure_copy_bytes(root: Path) -> int:
         manager.wait()
     finally:
         manager.close()
-    ((_, _, path),) = iter_attempt_dirs(root / "local")
+    ((_, _, path),) = iter_attempt_dirs(manager.config.local_dir)
     return sum(f.stat().st_size for f in path.iterdir())

@@ -13,14 +13,16 @@ from typing import Any
 
 import torch
 
-from stabletrain_agent.checkpoint.layout import local_copy_dir
+from stabletrain_agent.checkpoint.layout import local_copy_dir, local_part_root
 from support.processes import ManagedProcess, free_port
 
 HERE = Path(__file__).parent
 TORCHRUN = Path(sys.executable).with_name("torchrun")
 
 
-def torchrun(base: Path, mode: str, attempt: int, per_node: int = 1) -> list[dict[str, Any]]:
+def torchrun(
+    base: Path, mode: str, attempt: int, per_node: int = 1, *, one_node: bool = False
+) -> list[dict[str, Any]]:
     port = free_port()
     env = {
         **os.environ,
@@ -41,6 +43,7 @@ def torchrun(base: Path, mode: str, attempt: int, per_node: int = 1) -> list[dic
             str(base),
             str(attempt),
             str(per_node),
+            *(["shared"] if one_node else []),
         ],
         base / f"torchrun-{mode}-{attempt}.log",
         env=env,
@@ -97,9 +100,11 @@ def test_restore_from_pfs_after_wipe_from_other_tier_after_bitflip_and_from_loca
     reports = torchrun(tmp_path, "restore", 2)
     assert [(r["step"], r["source"]) for r in reports] == [(3, "local"), (3, "pfs")]
     compare(tmp_path, 2)
-    assert local_copy_dir(tmp_path / "local-n1", 3, 1).is_dir()  # re-seeded from the PFS
+    reseeded = local_copy_dir(local_part_root(tmp_path / "local-n1", "1"), 3, 1)
+    assert reseeded.is_dir()  # re-seeded from the PFS
 
-    shard = next(local_copy_dir(tmp_path / "local-n0", 3, 1).glob("*.distcp"))
+    node0 = local_copy_dir(local_part_root(tmp_path / "local-n0", "0"), 3, 1)
+    shard = next(node0.glob("*.distcp"))
     data = bytearray(shard.read_bytes())
     data[len(data) // 2] ^= 0x10
     shard.write_bytes(bytes(data))
@@ -123,3 +128,17 @@ def test_two_nodes_of_two_ranks_each_node_holds_what_its_ranks_need(tmp_path: Pa
     reports = torchrun(tmp_path, "restore", 2, per_node=2)
     assert [r["source"] for r in reports] == ["local", "local", "pfs", "pfs"]
     compare(tmp_path, 2, ranks=4)
+
+
+def test_two_pods_on_one_node_share_its_local_volume_and_keep_their_copies_apart(
+    tmp_path: Path,
+) -> None:
+    """Two pods of a job on one node (a hostPath local tier): each commits its own part of
+    every step under its node rank, so neither save fails and both restore locally."""
+    (tmp_path / "pfs").mkdir()
+    torchrun(tmp_path, "save", 1, one_node=True)  # a save that failed fails its worker
+    shared = tmp_path / "local-n-shared"
+    assert sorted(p.name for p in shared.iterdir()) == ["node-0", "node-1"]
+    reports = torchrun(tmp_path, "restore", 2, one_node=True)
+    assert [(r["step"], r["source"], r["rejected"]) for r in reports] == [(3, "local", [])] * 2
+    compare(tmp_path, 2)

@@ -1,5 +1,6 @@
 """One rank of a 2-node job (gloo on 127.0.0.1) with argv[4] ranks per node; each group of
-ranks plays a node with its own local tier.  `save` trains a data-parallel model a few
+ranks plays a node with its own local tier (or, with argv[5] "shared", both groups are pods
+on one node and share its local tier).  `save` trains a data-parallel model a few
 steps and checkpoints it; `restore` starts from a differently initialised model and
 restores.  Both dump what they hold."""
 
@@ -42,7 +43,8 @@ def main() -> None:
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     node_rank = rank // per_node
-    node = f"n{node_rank}"
+    # One node for both pods (argv[5] "shared"): one node name, one local volume.
+    node = "n-shared" if sys.argv[5:] == ["shared"] else f"n{node_rank}"
     model, optimizer = build(seed=0 if mode == "save" else 999 + rank)
     cursor = Holder({"samples": -1, "shard": ""})
     config = CheckpointConfig(base / f"local-{node}", base / "pfs", attempt, node, node_rank)

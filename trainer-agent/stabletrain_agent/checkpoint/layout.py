@@ -1,7 +1,11 @@
 """Where every checkpoint file lives, in one place, so writers, scanners and the operator agree.
 
-Local tier (one per node):  <local>/step-0000000200/attempt-3/{DCP files, MANIFEST.json}
+Local tier (one per node):  <local>/node-<node rank>/step-0000000200/attempt-3/{DCP files,
+                            MANIFEST.json}
 PFS tier (shared):          <pfs>/step-0000000200/attempt-3/node-<node rank>/{same files}
+
+The local tier is divided by node rank too: two pods of a job can share a node and its
+local volume (a hostPath), and their copies of one step must never meet.
 
 The attempt is part of the path so writers of different attempts never touch the same
 files: a stale writer from an earlier attempt can only ever produce an earlier-attempt copy,
@@ -48,6 +52,11 @@ def attempt_dir(root: Path, step: int, attempt: int) -> Path:
     if attempt < 0:
         raise LayoutError(f"attempt must be >= 0, got {attempt}")
     return step_dir(root, step) / f"attempt-{attempt}"
+
+
+def local_part_root(local_root: Path, node: str) -> Path:
+    """One node rank's own directory on the local tier: every local path starts here."""
+    return local_root / f"node-{check_node_name(node)}"
 
 
 def local_copy_dir(local_root: Path, step: int, attempt: int) -> Path:

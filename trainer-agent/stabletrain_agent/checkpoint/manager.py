@@ -66,6 +66,7 @@ from stabletrain_agent.checkpoint.inventory import (
 from stabletrain_agent.checkpoint.layout import (
     TEMP_PREFIX,
     local_copy_dir,
+    local_part_root,
     local_temp_dir,
     pfs_part_dir,
     step_dir,
@@ -73,7 +74,6 @@ from stabletrain_agent.checkpoint.layout import (
 from stabletrain_agent.checkpoint.manifest import (
     CheckpointCorruptError,
     CopyManifest,
-    read_manifest,
     verify_copy,
 )
 from stabletrain_agent.checkpoint.priority import lower_current_thread_priority
@@ -206,6 +206,12 @@ class CheckpointConfig:
         )
 
     @property
+    def local_dir(self) -> Path:
+        """This pod's own part of the local tier (`<local>/node-<node rank>`): another pod of
+        the job on the same node, sharing its local volume, never touches it."""
+        return local_part_root(self.local_root, self.part)
+
+    @property
     def part(self) -> str:
         """The name of this pod's part of every checkpoint: its node rank, which a relaunch
         keeps wherever the pod is scheduled (unlike the global rank or the node)."""
@@ -280,9 +286,9 @@ class CheckpointManager:
         self._changes = 0
         self.replicator: Replicator | None = None
         if self.is_node_leader:
-            config.local_root.mkdir(parents=True, exist_ok=True)
+            config.local_dir.mkdir(parents=True, exist_ok=True)
             self.replicator = Replicator(
-                config.local_root,
+                config.local_dir,
                 config.pfs_root,
                 config.part,
                 retry_interval_s=config.replication_retry_s,
@@ -353,8 +359,8 @@ class CheckpointManager:
             self._episode = None
         self._last_saved_step = step
         self.wait()
-        check_not_stale(self.config.local_root, self.config.attempt)
-        temp = local_temp_dir(self.config.local_root, step, self.config.attempt)
+        check_not_stale(self.config.local_dir, self.config.attempt)
+        temp = local_temp_dir(self.config.local_dir, step, self.config.attempt)
         began = time.perf_counter()
         future = async_save(
             self._state(),
@@ -387,10 +393,10 @@ class CheckpointManager:
             save.future.result()
             if not self.is_node_leader:
                 return
-            temp = local_temp_dir(self.config.local_root, save.step, self.config.attempt)
+            temp = local_temp_dir(self.config.local_dir, save.step, self.config.attempt)
             manifest = commit_copy(
                 temp,
-                self.config.local_root,
+                self.config.local_dir,
                 step=save.step,
                 attempt=self.config.attempt,
                 node=self.config.part,
@@ -399,7 +405,7 @@ class CheckpointManager:
                 world_size=self.world_size,
                 **save.meta,
             )
-            final = local_copy_dir(self.config.local_root, save.step, self.config.attempt)
+            final = local_copy_dir(self.config.local_dir, save.step, self.config.attempt)
             self._cache.remember(final, manifest)
             assert self.replicator is not None
             self.replicator.submit(save.step, self.config.attempt)
@@ -455,7 +461,7 @@ class CheckpointManager:
             source = self._prepare_copy(step, attempt, rejected) if self.is_node_leader else None
             if not self._all_ranks_agree(source is not None or not self.is_node_leader):
                 continue
-            self._load(local_copy_dir(self.config.local_root, step, attempt))
+            self._load(local_copy_dir(self.config.local_dir, step, attempt))
             self._protected = ((step, attempt),)
             self._begin(step)
             node_source = self._node_source(source)
@@ -477,7 +483,7 @@ class CheckpointManager:
         so both the keys and the recorded attempt starts are pooled before filtering: a
         checkpoint one node knows to be abandoned is abandoned for all.
         """
-        fence = combined_fence([self.config.local_root, self.config.pfs_root])
+        fence = combined_fence([self.config.local_dir, self.config.pfs_root])
         manifests = self._known_manifests(problems)
         keys = {
             key
@@ -513,7 +519,7 @@ class CheckpointManager:
                     found[key] = part.manifest
                 elif part is not None and part.problem is not None:
                     problems.setdefault(key, []).append(part.problem)
-        local = scan_local(self.config.local_root, self.config.part, self._cache)
+        local = scan_local(self.config.local_dir, self.config.part, self._cache)
         for key, check in local.items():
             if check.manifest is not None:
                 found[key] = check.manifest
@@ -524,19 +530,15 @@ class CheckpointManager:
     def _prepare_copy(
         self, step: int, attempt: int, rejected: list[str]
     ) -> Literal["local", "pfs"] | None:
-        local = local_copy_dir(self.config.local_root, step, attempt)
+        local = local_copy_dir(self.config.local_dir, step, attempt)
         if local.is_dir():
             try:
                 verify_copy(local, step=step, attempt=attempt, node=self.config.part)
                 return "local"
             except CheckpointCorruptError as error:
-                if self._belongs_to_another_part(local):
-                    log.info("local copy %s is another node rank's; taking the PFS part", local)
-                    remove_tree_durable(local)
-                else:
-                    moved = quarantine(local)
-                    rejected.append(f"{error} (moved to {moved.name})")
-                    log.error("local copy rejected: %s; kept as %s", error, moved)
+                moved = quarantine(local)
+                rejected.append(f"{error} (moved to {moved.name})")
+                log.error("local copy rejected: %s; kept as %s", error, moved)
         part = pfs_part_dir(self.config.pfs_root, step, attempt, self.config.part)
         try:
             verify_copy(part, step=step, attempt=attempt, node=self.config.part)
@@ -546,18 +548,10 @@ class CheckpointManager:
             rejected.append(f"PFS part of step {step}: {error}")
             return None
 
-    def _belongs_to_another_part(self, copy: Path) -> bool:
-        """A sound copy of another pod's part: that pod ran on this node before a relaunch
-        placed the pods differently.  It is no damage, and no use to this pod either."""
-        try:
-            return read_manifest(copy).node != self.config.part
-        except CheckpointCorruptError:
-            return False
-
     def _reseed(self, part: Path, step: int, attempt: int) -> None:
         """Copy the node's PFS part to its local tier under a temp name, verify, rename."""
-        parent = step_dir(self.config.local_root, step)
-        make_dirs_durable(parent, stop_at=self.config.local_root)
+        parent = step_dir(self.config.local_dir, step)
+        make_dirs_durable(parent, stop_at=self.config.local_dir)
         temp = parent / f"{TEMP_PREFIX}reseed-{uuid.uuid4().hex}"
         temp.mkdir()
         try:
@@ -565,7 +559,7 @@ class CheckpointManager:
                 copy_file_synced(source, temp / source.name)
             fsync_dir(temp)
             verify_copy(temp, step=step, attempt=attempt, node=self.config.part)
-            os.rename(temp, local_copy_dir(self.config.local_root, step, attempt))
+            os.rename(temp, local_copy_dir(self.config.local_dir, step, attempt))
             fsync_dir(parent)
         finally:
             shutil.rmtree(temp, ignore_errors=True)
@@ -601,7 +595,7 @@ class CheckpointManager:
         allocation happens here and not inside the first save's blocking time.
         """
         if self.is_node_leader:
-            advance_fence(self.config.local_root, self.config.attempt, resume_step)
+            advance_fence(self.config.local_dir, self.config.attempt, resume_step)
             self._sweep_partial_saves()
             self._resubmit_unreplicated()
             try:
@@ -620,7 +614,7 @@ class CheckpointManager:
         directory on the local tier belongs to a dead process; on the PFS only this node's
         own replication leftovers are touched (other nodes may be replicating right now).
         """
-        for step_path in self.config.local_root.glob("step-*"):
+        for step_path in self.config.local_dir.glob("step-*"):
             for leftover in step_path.glob(f"{TEMP_PREFIX}*"):
                 shutil.rmtree(leftover, ignore_errors=True)
         with contextlib.suppress(OSError):
@@ -636,9 +630,9 @@ class CheckpointManager:
         before replicating them, and the replicator skips those already on the PFS."""
         if self.replicator is None:
             return
-        fence = combined_fence([self.config.local_root, self.config.pfs_root])
+        fence = combined_fence([self.config.local_dir, self.config.pfs_root])
         for (step, attempt), check in scan_local(
-            self.config.local_root, self.config.part, self._cache
+            self.config.local_dir, self.config.part, self._cache
         ).items():
             if check.ok and fence.on_lineage(step, attempt):
                 self.replicator.submit(step, attempt)
@@ -651,8 +645,8 @@ class CheckpointManager:
         Local copies are reported under the Kubernetes node's name (whose disk holds them),
         and only those of this pod's part: another pod's leftover is no rollback source.
         """
-        fence = combined_fence([self.config.local_root, self.config.pfs_root])
-        local = scan_local(self.config.local_root, self.config.part, self._cache)
+        fence = combined_fence([self.config.local_dir, self.config.pfs_root])
+        local = scan_local(self.config.local_dir, self.config.part, self._cache)
         try:
             pfs = scan_pfs(self.config.pfs_root, self._cache)
         except OSError:
@@ -718,11 +712,11 @@ class CheckpointManager:
     def _apply_retention_locked(self) -> None:
         waiting = self._waiting()
         try:
-            check_not_stale(self.config.local_root, self.config.attempt)
+            check_not_stale(self.config.local_dir, self.config.attempt)
         except StaleAttemptError:
             return
-        fence = combined_fence([self.config.local_root, self.config.pfs_root])
-        local = scan_local(self.config.local_root, self.config.part, self._cache)
+        fence = combined_fence([self.config.local_dir, self.config.pfs_root])
+        local = scan_local(self.config.local_dir, self.config.part, self._cache)
         manifests = {key: c.manifest for key, c in local.items() if c.manifest is not None}
         items = [_retention_item(key, m, fence.on_lineage(*key)) for key, m in manifests.items()]
         for step, attempt in plan_deletions(
@@ -735,7 +729,7 @@ class CheckpointManager:
         ):
             if self.replicator is not None:
                 self.replicator.forget(step, attempt)
-            copy = local_copy_dir(self.config.local_root, step, attempt)
+            copy = local_copy_dir(self.config.local_dir, step, attempt)
             remove_tree_durable(copy)
             _prune_empty(copy.parent)
         self._trim_pfs([*self._protected, *waiting])

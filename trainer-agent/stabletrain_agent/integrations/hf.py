@@ -103,7 +103,7 @@ class StableTrainCallback(TrainerCallback):
         )
         self.restored = restore_directed(self.manager)
         if self.restored is not None:
-            target = config.local_root / RESUME_DIR / f"attempt-{config.attempt}"
+            target = config.local_dir / RESUME_DIR / f"attempt-{config.attempt}"
             self.resume_from_checkpoint = str(self._write_restored(target, self.restored.step))
 
     @property
