@@ -103,8 +103,9 @@ class Kube:
                 names.append(str(node.metadata.name))
         return names
 
-    def node_taints(self, name: str) -> list[Json] | None:
-        """The node's taints as JSON; None when the node is gone."""
+    def node_taints(self, name: str) -> tuple[list[Json], str] | None:
+        """The node's taints as JSON and the resourceVersion they were read at; None when
+        the node is gone."""
         try:
             node = self.core.read_node(name)
         except ApiException as error:
@@ -112,7 +113,7 @@ class Kube:
                 return None
             raise
         taints: list[Json] = self.core.api_client.sanitize_for_serialization(node.spec.taints or [])
-        return taints
+        return taints, node.metadata.resource_version
 
     def patch_node(self, name: str, patch: Json) -> None:
         self.core.patch_node(name, patch)

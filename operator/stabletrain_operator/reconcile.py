@@ -29,15 +29,15 @@ from stabletrain_agent.export import AgentUnreachableError, put_directives
 from stabletrain_operator import crashpoints, metrics, naming, pods
 from stabletrain_operator.api.constants import Phase
 from stabletrain_operator.api.spec import StableTrainingJobSpec
-from stabletrain_operator.api.status import StableTrainingJobStatus
-from stabletrain_operator.kube import Json, Kube
+from stabletrain_operator.api.status import StableTrainingJobStatus, SuspectNode
+from stabletrain_operator.kube import HTTP_CONFLICT, Json, Kube
 from stabletrain_operator.machine import Launch, Step, World, advance
 from stabletrain_operator.observe.pods import PodFacts, PodState
 from stabletrain_operator.observe.scrape import ScrapeResult, ScrapeTarget, scrape_all
 from stabletrain_operator.observe.stall import RankProgress
 from stabletrain_operator.policy import PolicyLedger
 from stabletrain_operator.preflight.pod import ensure_preflight_pod, needs_preflight_pod
-from stabletrain_operator.remediation import NodeRemediation, due, node_patch
+from stabletrain_operator.remediation import NodeAction, NodeRemediation, due, node_patch
 
 _log = logging.getLogger(__name__)
 
@@ -332,13 +332,11 @@ def remediate(
     after: StableTrainingJobStatus,
 ) -> None:
     """Taint or cordon the suspect nodes that just reached the threshold (off by default)."""
+    job = f"{key.namespace}/{key.name}"
     for node in due(before.suspect_nodes, after.suspect_nodes, remediation):
-        taints = kube.node_taints(node.node)
-        if taints is None:
-            continue
-        job = f"{key.namespace}/{key.name}"
         try:
-            kube.patch_node(node.node, node_patch(node, taints, remediation.action, job))
+            if not _patch_node(kube, node, remediation.action, job):
+                continue
         except ApiException as error:
             _log.warning("job %s: node %s not remediated (%s): %s", key.name, node.node,
                          remediation.action, error.reason)  # fmt: skip
@@ -346,6 +344,27 @@ def remediate(
         _log.warning("job %s: node %s %s after %d incident(s): %s", key.name, node.node,
                      "tainted" if remediation.action == "Taint" else "cordoned",
                      node.incidents, node.last_reason)  # fmt: skip
+
+
+NODE_PATCH_ATTEMPTS = 3
+"""Reads and patches of one node while other controllers keep changing its taints."""
+
+
+def _patch_node(kube: Kube, node: SuspectNode, action: NodeAction, job: str) -> bool:
+    """Read the node's taints and patch it at that version; a 409 (its taints changed in
+    between) means read again. False when the node is gone."""
+    for attempt in range(1, NODE_PATCH_ATTEMPTS + 1):
+        read = kube.node_taints(node.node)
+        if read is None:
+            return False
+        taints, version = read
+        try:
+            kube.patch_node(node.node, node_patch(node, taints, action, job, version))
+            return True
+        except ApiException as error:
+            if error.status != HTTP_CONFLICT or attempt == NODE_PATCH_ATTEMPTS:
+                raise
+    raise AssertionError("unreachable: the last attempt returns or raises")
 
 
 async def tick(

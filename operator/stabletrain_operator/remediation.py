@@ -58,9 +58,19 @@ def due(
 
 
 def node_patch(
-    node: SuspectNode, existing_taints: Sequence[dict[str, Any]], action: NodeAction, job: str
+    node: SuspectNode,
+    existing_taints: Sequence[dict[str, Any]],
+    action: NodeAction,
+    job: str,
+    resource_version: str,
 ) -> dict[str, Any]:
-    """The strategic-merge patch of the node: the annotation, and the taint or the cordon."""
+    """The strategic-merge patch of the node: the annotation, and the taint or the cordon.
+
+    The taint patch replaces the whole list (a node's taints merge as one atomic list), so
+    it carries the resourceVersion the list was read at: a taint another controller added
+    or removed since (the node lifecycle's not-ready one) makes the API server refuse it
+    with 409 instead of being undone, and the caller reads again.
+    """
     reason = f"{job}: culprit of {node.incidents} incident(s): {node.last_reason}"[:1024]
     patch: dict[str, Any] = {"metadata": {"annotations": {REASON_ANNOTATION: reason}}}
     if action is NodeAction.CORDON:
@@ -68,5 +78,6 @@ def node_patch(
         return patch
     taints = [t for t in existing_taints if t.get("key") != TAINT_KEY]
     taints.append({"key": TAINT_KEY, "value": job.replace("/", ".")[:63], "effect": "NoSchedule"})
+    patch["metadata"]["resourceVersion"] = resource_version
     patch["spec"] = {"taints": taints}
     return patch

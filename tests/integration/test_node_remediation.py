@@ -54,3 +54,33 @@ def test_ready_nodes_are_listed_and_a_due_node_is_tainted_once_with_the_reason(
     remediate(kube, NodeRemediation(NodeAction.CORDON, 2), key, _suspects(2), _suspects(3))
     assert core.read_node("node-b").spec.unschedulable
     assert kube.schedulable_nodes() == ["node-a"]
+
+
+class RacedKube(Kube):
+    """The real client; another controller taints the node right after the first read."""
+
+    raced = False
+
+    def node_taints(self, name: str) -> tuple[list[Any], str] | None:
+        read = super().node_taints(name)
+        if not self.raced:
+            self.raced = True
+            core: Any = self.core
+            node = core.read_node(name)
+            others = [*(node.spec.taints or []), {"key": "repair", "effect": "NoSchedule"}]
+            core.patch_node(name, {"spec": {"taints": others}})
+        return read
+
+
+def test_a_taint_added_between_the_read_and_the_patch_is_kept(
+    api_client: client.ApiClient, local_cluster: LocalCluster
+) -> None:
+    """The taint list is replaced whole: at the version it was read, else read again (409)."""
+    kube = RacedKube(api_client)
+    remediate(kube, NodeRemediation(NodeAction.TAINT, 1), JobKey("ml", "race"),
+              StableTrainingJobStatus(), _suspects(1))  # fmt: skip
+    assert kube.raced
+    core: Any = client.CoreV1Api(api_client)
+    keys = [t.key for t in core.read_node("node-b").spec.taints or []]
+    assert "repair" in keys, keys
+    assert TAINT_KEY in keys, keys

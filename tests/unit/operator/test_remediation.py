@@ -42,11 +42,12 @@ def test_a_node_is_due_once_when_its_count_reaches_the_threshold() -> None:
 def test_the_taint_keeps_other_taints_and_the_annotation_says_why() -> None:
     other = {"key": "gpu", "value": "a100", "effect": "NoSchedule"}
     old = {"key": TAINT_KEY, "value": "ml.old", "effect": "NoSchedule"}
-    patch = node_patch(suspect("b", 3), [other, old], NodeAction.TAINT, "ml/gpt")
+    patch = node_patch(suspect("b", 3), [other, old], NodeAction.TAINT, "ml/gpt", "41")
     assert patch["spec"]["taints"] == [
         other, {"key": TAINT_KEY, "value": "ml.gpt", "effect": "NoSchedule"}
     ]  # fmt: skip
     reason = patch["metadata"]["annotations"][REASON_ANNOTATION]
     assert reason == "ml/gpt: culprit of 3 incident(s): killed by signal 9"
-    cordon = node_patch(suspect("b", 3), [other], NodeAction.CORDON, "ml/gpt")
+    assert patch["metadata"]["resourceVersion"] == "41"  # the list replaced is the one read
+    cordon = node_patch(suspect("b", 3), [other], NodeAction.CORDON, "ml/gpt", "41")
     assert cordon["spec"] == {"unschedulable": True}
