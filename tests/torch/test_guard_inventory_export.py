@@ -55,9 +55,10 @@ def wait_for_status(
         time.sleep(0.02)
 
 
-def test_a_committed_save_is_scraped_without_any_trip(
-    tmp_path: Path, exporter: AgentExporter
-) -> None:
+def guarded_run(
+    tmp_path: Path, exporter: AgentExporter, replication_retry_s: float = 5.0
+) -> tuple[Guard, CountingManager, Callable[[], None]]:
+    """A guard exporting to `exporter`, its started manager, and one training step."""
     torch.manual_seed(0)
     model = nn.Linear(8, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -65,10 +66,10 @@ def test_a_committed_save_is_scraped_without_any_trip(
     guard = Guard(
         model, optimizer, directives=source, exporter=exporter, guard_env=GuardEnv(node="node-a")
     )
-    manager = CountingManager(
-        CheckpointConfig(tmp_path / "local", tmp_path / "pfs", 0, "node-a"),
-        {"train": guard},
+    config = CheckpointConfig(
+        tmp_path / "local", tmp_path / "pfs", 0, "node-a", replication_retry_s=replication_retry_s
     )
+    manager = CountingManager(config, {"train": guard})
     guard.checkpoints = manager
     (tmp_path / "pfs").mkdir()
     assert manager.restore() is None
@@ -79,6 +80,13 @@ def test_a_committed_save_is_scraped_without_any_trip(
         guard.step(loss)
         optimizer.zero_grad()
 
+    return guard, manager, train_step
+
+
+def test_a_committed_save_is_scraped_without_any_trip(
+    tmp_path: Path, exporter: AgentExporter
+) -> None:
+    guard, manager, train_step = guarded_run(tmp_path, exporter)
     try:
         started = wait_for_status(exporter, train_step, lambda s: s.pfs_available is True)
         assert started.inventory == ()
@@ -124,29 +132,13 @@ def test_a_copy_landing_while_the_training_thread_is_blocked_is_still_exported(
     """A peer died: this rank's training thread waits in a collective and steps no more.
     The restart is planned from this export, so a copy that reaches the PFS now must be
     listed complete without another step (the copy lands once the PFS comes back)."""
-    model = nn.Linear(8, 1)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    source = DirectiveSource(0, Directives(generation=1, attempt=0))
-    guard = Guard(
-        model, optimizer, directives=source, exporter=exporter, guard_env=GuardEnv(node="node-a")
-    )
-    config = CheckpointConfig(
-        tmp_path / "local", tmp_path / "pfs", 0, "node-a", replication_retry_s=0.2
-    )
-    manager = CheckpointManager(config, {"train": guard})
-    guard.checkpoints = manager
-    (tmp_path / "pfs").mkdir()
+    guard, manager, train_step = guarded_run(tmp_path, exporter, replication_retry_s=0.2)
     try:
-        assert manager.restore() is None
         (tmp_path / "pfs").rename(tmp_path / "pfs-gone")  # the PFS goes away
-        loss = model(torch.randn(4, 8)).pow(2).mean()
-        loss.backward()
-        guard.step(loss)
+        train_step()
         manager.save(guard.global_step, stable=True)
         manager.wait()
-        loss = model(torch.randn(4, 8)).pow(2).mean()
-        loss.backward()
-        guard.step(loss)  # the last step: the scan sees the copy waiting for the PFS
+        train_step()  # the last step: the scan sees the copy waiting for the PFS
         deadline = time.monotonic() + 10
         while not (status := fetch_status(exporter.url)).inventory:
             assert time.monotonic() < deadline, status
