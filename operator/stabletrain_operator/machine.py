@@ -344,6 +344,15 @@ def _with_numbers(status: StableTrainingJobStatus, world: World) -> StableTraini
     )
 
 
+def _scraped_trips(status: StableTrainingJobStatus, world: World) -> list[TripReport]:
+    """Trip reports this tick's scrapes carry: a scrape that saw the signal decides before
+    the pods' termination messages arrive, and the pods are then stopped, so those
+    messages may never be read. The agent's own report of the trip still counts."""
+    trips = [s.latest_trip for s in _fresh(status, world) if s.latest_trip is not None]
+    mine = [t for t in trips if t.attempt == status.attempt]
+    return sorted(mine, key=lambda t: (t.onset_step, t.step, t.node))
+
+
 def _trips(current: Sequence[PodFacts], attempt: int) -> list[TripReport]:
     trips = [p.trip for p in current if p.trip is not None and p.trip.attempt == attempt]
     return sorted(trips, key=lambda t: (t.onset_step, t.step, t.node))
@@ -825,6 +834,7 @@ def _stop_for(
     incident: Incident,
 ) -> Step:
     counters = status.counters
+    trips = trips or _scraped_trips(status, world)
     updates = {
         "rollbacks": counters.rollbacks + (decision.action is Action.ROLLBACK),
         "restarts": counters.restarts + (decision.action is Action.RESTART_FROM_LATEST),

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from stabletrain_agent.checkpoint.layout import iter_attempt_dirs, parse_node
+from stabletrain_agent.checkpoint.layout import iter_attempt_dirs, local_part_root, parse_node
 from stabletrain_agent.contract import env
 from support.localnode import LocalCluster
 from support.operator import Jobs, OperatorProcess
@@ -46,9 +46,13 @@ def test_interval_and_retention_of_the_spec_are_what_the_pods_do(
         assert variables[env.SPIKE_MARKERS] == "1"
 
     newest = [STEPS - EVERY * i for i in reversed(range(PFS_KEEP))]
-    nodes = {pod["spec"]["nodeName"] for pod in pods}
-    local = {n: steps_on(local_cluster.host_path(n, f"/stabletrain-nvme/{NAME}")) for n in nodes}
-    assert local == dict.fromkeys(nodes, newest[-LOCAL_KEEP:]), "each node keeps its retention"
+    local = {}
+    for pod in pods:  # each pod's copies are under its node rank on its node's local tier
+        variables = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+        node = pod["spec"]["nodeName"]
+        root = local_cluster.host_path(node, f"/stabletrain-nvme/{NAME}")
+        local[node] = steps_on(local_part_root(root, variables[env.NODE_RANK]))
+    assert local == dict.fromkeys(local, newest[-LOCAL_KEEP:]), "each node keeps its retention"
     pfs = local_cluster.shared_dir / job_namespace / "pfs"
     assert steps_on(pfs) == newest, "the PFS keeps its retention, every node's part"
     for _, _, path in iter_attempt_dirs(pfs):

@@ -130,8 +130,8 @@ def test_a_copy_landing_while_the_training_thread_is_blocked_is_still_exported(
     tmp_path: Path, exporter: AgentExporter
 ) -> None:
     """A peer died: this rank's training thread waits in a collective and steps no more.
-    The restart is planned from this export, so a copy that reaches the PFS now must be
-    listed complete without another step (the copy lands once the PFS comes back)."""
+    The restart is planned from the next scrape, so a copy that reached the PFS must be
+    listed complete by it, without another step (the copy lands once the PFS comes back)."""
     guard, manager, train_step = guarded_run(tmp_path, exporter, replication_retry_s=0.2)
     try:
         (tmp_path / "pfs").rename(tmp_path / "pfs-gone")  # the PFS goes away
@@ -146,10 +146,9 @@ def test_a_copy_landing_while_the_training_thread_is_blocked_is_still_exported(
         assert [(r.step, r.pfs.complete) for r in status.inventory] == [(1, False)]
 
         (tmp_path / "pfs-gone").rename(tmp_path / "pfs")  # it is back; no step from here on
-        deadline = time.monotonic() + 10
-        while not (status := fetch_status(exporter.url)).inventory[0].pfs.verified:
-            assert time.monotonic() < deadline, f"the landed copy was never exported: {status}"
-            time.sleep(0.05)
+        assert not manager.flush(10).timed_out  # the copy landed
+        status = fetch_status(exporter.url)  # the very next scrape lists it complete
+        assert [(r.step, r.pfs.verified) for r in status.inventory] == [(1, True)], status
         assert status.pfs_available is True
     finally:
         manager.close()

@@ -203,6 +203,8 @@ class AgentExporter:
         self._non_finite_seen = 0
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
+        self.before_status: Callable[[], None] | None = None
+        """Run before each status is served (the guard re-scans an inventory in flight)."""
 
     @classmethod
     def from_env(
@@ -310,6 +312,15 @@ class AgentExporter:
             self._metrics.signal_sustained.labels(signal).set(1 if sustained else 0)
 
     # --- what the HTTP side reads ----------------------------------------------------
+
+    def refresh_status(self) -> None:
+        """Bring the parts up to date that the training thread cannot (before_status)."""
+        if self.before_status is None:
+            return
+        try:
+            self.before_status()
+        except Exception as error:  # the status must be served whatever a disk throws
+            _log.warning("status refresh failed: %r", error)
 
     def status(self) -> AgentStatus:
         """The status document as GET /v1/status serves it."""
@@ -475,6 +486,7 @@ class _Handler(BaseHTTPRequestHandler):
         if path == METRICS_HTTP_PATH:
             self._send(HTTP_OK, CONTENT_TYPE_LATEST, generate_latest(exporter.registry))
         elif path == STATUS_HTTP_PATH:
+            exporter.refresh_status()
             body = exporter.status().model_dump_json().encode()
             self._send(HTTP_OK, "application/json", body)
         else:

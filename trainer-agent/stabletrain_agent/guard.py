@@ -82,8 +82,9 @@ class PfsState(Protocol):
     message: str
 
 
-INVENTORY_RESCAN_SECONDS = 0.25
-"""How often the inventory is re-scanned while a local checkpoint waits for the PFS."""
+INVENTORY_REFRESH_WAIT_SECONDS = 1.0
+"""How long a status request waits for a fresh scan while a local copy waits for the PFS:
+the operator's scrape timeout is 2 s, and a hung PFS must not silence the pod."""
 
 
 class Checkpoints(Protocol):
@@ -174,6 +175,8 @@ class Guard:
         self._parameters = [p for p in model.parameters() if p.requires_grad]
         self._feed = directives if directives is not None else DirectiveSource.from_env()
         self.exporter = exporter
+        if exporter is not None:
+            exporter.before_status = self._refresh_for_status
         self._saving = saving
         self.checkpoints = checkpoints
         """Its inventory is exported whenever it changes, and with the trip report after a
@@ -181,7 +184,9 @@ class Guard:
         itself, so it is built after it."""
         self._exported_version: int | None = None
         self._inventory_export: threading.Thread | None = None
-        self._stop_export = threading.Event()
+        self._export_lock = threading.Lock()
+        self._awaiting_pfs = False
+        """The last scan listed a local copy not complete on the PFS yet."""
         self._group = process_group
         distributed = dist.is_available() and dist.is_initialized()
         self.rank = dist.get_rank(process_group) if distributed else 0
@@ -273,7 +278,6 @@ class Guard:
 
     def close(self) -> None:
         """Stop serving metrics and directives (safe to call more than once)."""
-        self._stop_export.set()  # no join: a scan stuck on a hung PFS must not hold the exit
         if self.exporter is not None:
             self.exporter.stop()
 
@@ -359,54 +363,63 @@ class Guard:
         so the scrape must already list the newest checkpoints.  The version check costs no
         I/O; a scan runs only when the manager committed a save, a copy reached the PFS or
         the PFS condition changed, and in a background thread: the scan verifies parts other
-        nodes wrote to the PFS, which would stall the step.  At most one scan thread runs at
-        a time.
+        nodes wrote to the PFS, which would stall the step.
         """
-        if self.checkpoints is None:
-            return
-        running = self._inventory_export
-        if running is not None and running.is_alive():
-            return
-        if self.checkpoints.inventory_version == self._exported_version:
-            return
-        self._inventory_export = threading.Thread(
-            target=self._export_checkpoints, name="stabletrain-inventory", daemon=True
-        )
-        self._inventory_export.start()
+        if self.checkpoints is not None:
+            self._start_export(force=False)
 
-    def _export_checkpoints(self) -> None:
-        """Scan and export; while a copy this node holds is not complete on the PFS yet,
-        scan again every INVENTORY_RESCAN_SECONDS, in this thread.
+    def _start_export(self, *, force: bool) -> tuple[threading.Thread | None, bool]:
+        """The one scan thread: started when none runs and the version moved (or `force`),
+        else the one running; and whether it was started by this call."""
+        assert self.checkpoints is not None
+        with self._export_lock:
+            running = self._inventory_export
+            if running is not None and running.is_alive():
+                return running, False
+            if not force and self.checkpoints.inventory_version == self._exported_version:
+                return None, False
+            thread = threading.Thread(
+                target=self._export_checkpoints, name="stabletrain-inventory", daemon=True
+            )
+            self._inventory_export = thread
+            thread.start()
+            return thread, True
+
+    def _refresh_for_status(self) -> None:
+        """Before the exporter serves a status: while a copy this node holds is not complete
+        on the PFS, scan again, so the scrape lists it complete once the slowest node's copy
+        landed.
 
         Other nodes' parts reaching the PFS move no version here, and the training thread
         may be blocked in a collective for good (a peer just died): the operator plans that
-        restart from this export, so it must list a checkpoint complete as soon as the
-        slowest node's copy lands, with no step needed to notice.
+        restart from this very scrape. Waits at most INVENTORY_REFRESH_WAIT_SECONDS.
         """
+        if self.checkpoints is None or not self._awaiting_pfs:
+            return
+        deadline = time.monotonic() + INVENTORY_REFRESH_WAIT_SECONDS
+        for _ in range(2):  # a scan already running may have begun before the copy landed
+            thread, started = self._start_export(force=True)
+            if thread is None:
+                return
+            thread.join(max(0.0, deadline - time.monotonic()))
+            if started or thread.is_alive():
+                return
+
+    def _export_checkpoints(self) -> None:
         checkpoints, exporter = self.checkpoints, self.exporter
         if checkpoints is None or exporter is None:
             return
-        while True:
-            self._exported_version = checkpoints.inventory_version
-            try:
-                records = checkpoints.inventory()
-            except Exception as error:  # a disk error must not end training; retried next step
-                self._exported_version = None
-                print(f"stabletrain: checkpoint inventory not exported: {error!r}", file=sys.stderr)
-                return
-            condition = checkpoints.pfs_condition
-            exporter.set_inventory(records)
-            exporter.set_pfs(condition.available, condition.message)
-            waiting = any(r.local and not r.pfs.complete for r in records)
-            if not waiting or self._stop_export.wait(INVENTORY_RESCAN_SECONDS):
-                return
-
-    def _stop_inventory_export(self) -> None:
-        """Stop the scan thread and wait for it: nothing may overwrite a newer export."""
-        self._stop_export.set()
-        if self._inventory_export is not None:
-            self._inventory_export.join()
-        self._stop_export.clear()
+        self._exported_version = checkpoints.inventory_version
+        try:
+            records = checkpoints.inventory()
+        except Exception as error:  # a disk error must not end training; retried next step
+            self._exported_version = None
+            print(f"stabletrain: checkpoint inventory not exported: {error!r}", file=sys.stderr)
+            return
+        condition = checkpoints.pfs_condition
+        exporter.set_inventory(records)
+        exporter.set_pfs(condition.available, condition.message)
+        self._awaiting_pfs = any(r.local and not r.pfs.complete for r in records)
 
     def state_dict(self) -> dict[str, Any]:
         """Everything to resume exactly: step, monitor baselines, data cursor, LR state.
@@ -579,7 +592,8 @@ class Guard:
         lead = verdict.tripping[0]
         lineage_path = self._write_lineage(lead.onset_step)
         records: Sequence[CheckpointRecord] = ()
-        self._stop_inventory_export()  # it must not overwrite the newer view below
+        if self._inventory_export is not None:  # it must not overwrite the newer view below
+            self._inventory_export.join()
         if self.checkpoints is not None:
             # Copies from before the onset are the rollback targets: get them to the PFS.
             self.checkpoints.flush(CHECKPOINT_FLUSH_SECONDS, lead.onset_step)

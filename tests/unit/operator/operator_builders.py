@@ -100,7 +100,7 @@ def pod(
 def agent(
     rank: int, *, attempt: int = 0, step: int = 10, generation: int = 1, lr_scale: float = 1.0,
     firing: tuple[FindingReport, ...] = (), records: tuple[CheckpointRecord, ...] = (),
-    saved_request: int = 0, saved_step: int | None = None,
+    saved_request: int = 0, saved_step: int | None = None, latest_trip: TripReport | None = None,
 ) -> ScrapeResult:  # fmt: skip
     status = AgentStatus(
         attempt=attempt,
@@ -118,5 +118,6 @@ def agent(
         inventory=records,
         saved_request=saved_request,
         saved_step=saved_step,
+        latest_trip=latest_trip,
     )
     return ScrapeResult(pod=f"job-a{attempt}-{rank}", status=status)

@@ -7,7 +7,7 @@ import json
 from datetime import timedelta
 
 import pytest
-from operator_builders import T0, agent, pod, record, spec, trip
+from operator_builders import NODES, T0, agent, pod, record, spec, trip
 
 from stabletrain_agent.contract.channel import FindingReport
 from stabletrain_agent.contract.directives import SkipRange
@@ -484,6 +484,25 @@ def test_trip_report_arriving_after_a_scrape_decision_is_counted_once() -> None:
     assert late.status.last_trip is not None
     again = advance(late.status, world(late.status, pods=tripped_pods()))
     assert again.status.counters.trips == 1
+
+
+def test_a_trip_the_scrape_carries_is_counted_at_the_decision_and_only_once() -> None:
+    """The agent tripped and said so in its status: the pods are stopped before their
+    termination messages are read (seen in CI under load), and the trip still counts."""
+    finding = FindingReport(
+        signal="NonFinite", anomaly_class=AnomalyClass.NUMERICAL, onset_step=55,
+        consecutive=3, sustained=True,
+    )  # fmt: skip
+    scrapes = tuple(
+        agent(r, step=57, firing=(finding,), latest_trip=trip(NODES[r])) for r in (0, 1)
+    )
+    status = running()
+    stop = advance(status, world(status, pods=(pod(0), pod(1)), scrapes=scrapes))
+    assert stop.status.phase is Phase.STOPPING
+    assert stop.status.counters.trips == 1
+    assert stop.status.last_trip == trip(NODES[0])
+    late = advance(stop.status, world(stop.status, pods=tripped_pods()))
+    assert late.status.counters.trips == 1
 
 
 def test_live_and_fail_decisions_are_in_the_history() -> None:
