@@ -15,20 +15,21 @@ import functools
 import io
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from stabletrain_agent.checkpoint.manager import CheckpointManager, RestoreResult
+from stabletrain_agent.checkpoint.manager import CheckpointConfig, CheckpointManager, RestoreResult
 from stabletrain_agent.checkpoint.planned import restore_planned
 from stabletrain_agent.checkpoint.replicate import FlushResult, PfsCondition
-from stabletrain_agent.checkpoint.states import RngState
+from stabletrain_agent.checkpoint.states import RngState, Stateful
 from stabletrain_agent.contract.inventory import CheckpointRecord
 from stabletrain_agent.directives import DirectiveSource
 from stabletrain_agent.guard import Guard, GuardEnv
+from stabletrain_agent.preflight import preflight_requested
 from stabletrain_agent.signals.monitor import Verdict
 
 
@@ -55,6 +56,25 @@ def restore_directed(manager: CheckpointManager) -> RestoreResult | None:
         DirectiveSource.from_env().latest(),
         termination_path=GuardEnv.from_environ().termination_path,
     )
+
+
+def start_checkpoints(
+    app_state: Mapping[str, Stateful], rank_state: Mapping[str, Stateful]
+) -> tuple[CheckpointManager | None, RestoreResult | None]:
+    """The pod's checkpoint manager and the restore its directives name, before the fit;
+    (None, None) in the preflight pod, which only gathers facts (Guard.from_env exits)."""
+    if preflight_requested():
+        return None, None
+    init_process_group_from_env()
+    manager = CheckpointManager(CheckpointConfig.from_env(), app_state, rank_state)
+    return manager, restore_directed(manager)
+
+
+def interval_steps(manager: CheckpointManager | None) -> int:
+    """spec.checkpoints.intervalSteps, from the manager or (preflight pod) the env."""
+    if manager is None:
+        return CheckpointConfig.from_env().interval_steps
+    return manager.config.interval_steps
 
 
 class FrameworkCheckpoints:

@@ -42,7 +42,6 @@ from torch.utils.hooks import RemovableHandle
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from stabletrain_agent.checkpoint.manager import (
-    CheckpointConfig,
     CheckpointManager,
     RestoreResult,
 )
@@ -54,10 +53,9 @@ from stabletrain_agent.integrations.core import (
     FrameworkCheckpoints,
     GuardedOptimizer,
     SaveMarks,
-    init_process_group_from_env,
-    restore_directed,
+    interval_steps,
+    start_checkpoints,
 )
-from stabletrain_agent.preflight import preflight_requested
 
 CHECKPOINT_PREFIX = "checkpoint"
 """The Trainer's name for ``output_dir/checkpoint-<global step>``."""
@@ -94,24 +92,18 @@ class StableTrainCallback(TrainerCallback):
         self.restored: RestoreResult | None = None
         self.resume_from_checkpoint: str | None = None
         """What ``trainer.train(resume_from_checkpoint=)`` takes (None: a fresh start)."""
-        if preflight_requested():
-            return  # the preflight pod only gathers facts: Guard.from_env exits at train begin
-        init_process_group_from_env()
-        config = CheckpointConfig.from_env()
-        self.manager = CheckpointManager(
-            config, {"guard": self._guard_state}, {"trainer": self._trainer_files}
+        self.manager, self.restored = start_checkpoints(
+            {"guard": self._guard_state}, {"trainer": self._trainer_files}
         )
-        self.restored = restore_directed(self.manager)
-        if self.restored is not None:
+        if self.manager is not None and self.restored is not None:
+            config = self.manager.config
             target = config.local_dir / RESUME_DIR / f"attempt-{config.attempt}"
             self.resume_from_checkpoint = str(self._write_restored(target, self.restored.step))
 
     @property
     def interval_steps(self) -> int:
         """spec.checkpoints.intervalSteps: what TrainingArguments(save_steps=) takes."""
-        if self.manager is None:
-            return CheckpointConfig.from_env().interval_steps
-        return self.manager.config.interval_steps
+        return interval_steps(self.manager)
 
     def _write_restored(self, root: Path, step: int) -> Path:
         """Put this rank's restored files where the Trainer resumes from; all ranks wait."""

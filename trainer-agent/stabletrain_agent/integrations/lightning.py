@@ -42,7 +42,6 @@ from pytorch_lightning.utilities.model_helpers import is_overridden
 from torch import Tensor
 
 from stabletrain_agent.checkpoint.manager import (
-    CheckpointConfig,
     CheckpointManager,
     RestoreResult,
 )
@@ -54,10 +53,9 @@ from stabletrain_agent.integrations.core import (
     FrameworkCheckpoints,
     GuardedOptimizer,
     SaveMarks,
-    init_process_group_from_env,
-    restore_directed,
+    interval_steps,
+    start_checkpoints,
 )
-from stabletrain_agent.preflight import preflight_requested
 
 RESTORED_PATH = "stabletrain://restored"
 """``ckpt_path`` of the checkpoint the callback restored; only the plugin can load it."""
@@ -117,20 +115,14 @@ class StableTrainCallback(pl.Callback):
         self._rng = DeferredRng()
         self.manager: CheckpointManager | None = None
         self.restored: RestoreResult | None = None
-        if preflight_requested():
-            return  # the preflight pod only gathers facts: Guard.from_env exits in on_fit_start
-        init_process_group_from_env()
-        self.manager = CheckpointManager(
-            CheckpointConfig.from_env(), {"lightning": self._checkpoint}, {"rng": self._rng}
+        self.manager, self.restored = start_checkpoints(
+            {"lightning": self._checkpoint}, {"rng": self._rng}
         )
-        self.restored = restore_directed(self.manager)
 
     @property
     def interval_steps(self) -> int:
         """spec.checkpoints.intervalSteps: what ModelCheckpoint(every_n_train_steps=) takes."""
-        if self.manager is None:
-            return CheckpointConfig.from_env().interval_steps
-        return self.manager.config.interval_steps
+        return interval_steps(self.manager)
 
     @property
     def ckpt_path(self) -> str | None:
