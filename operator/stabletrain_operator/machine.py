@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -348,13 +348,16 @@ def _scraped_trips(status: StableTrainingJobStatus, world: World) -> list[TripRe
     """Trip reports this tick's scrapes carry: a scrape that saw the signal decides before
     the pods' termination messages arrive, and the pods are then stopped, so those
     messages may never be read. The agent's own report of the trip still counts."""
-    trips = [s.latest_trip for s in _fresh(status, world) if s.latest_trip is not None]
-    mine = [t for t in trips if t.attempt == status.attempt]
-    return sorted(mine, key=lambda t: (t.onset_step, t.step, t.node))
+    return _of_attempt((s.latest_trip for s in _fresh(status, world)), status.attempt)
 
 
 def _trips(current: Sequence[PodFacts], attempt: int) -> list[TripReport]:
-    trips = [p.trip for p in current if p.trip is not None and p.trip.attempt == attempt]
+    return _of_attempt((p.trip for p in current), attempt)
+
+
+def _of_attempt(reports: Iterable[TripReport | None], attempt: int) -> list[TripReport]:
+    """The attempt's trip reports, earliest onset first."""
+    trips = [t for t in reports if t is not None and t.attempt == attempt]
     return sorted(trips, key=lambda t: (t.onset_step, t.step, t.node))
 
 
