@@ -254,7 +254,13 @@ def _node_preference(node: str) -> Json:
 
 
 def _away_from(nodes: Sequence[str]) -> Json:
-    return {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": list(nodes)}]}
+    """One NotIn requirement per node (ANDed): the API server allows exactly one value in a
+    `metadata.name` field requirement, and refused two suspect nodes in one with 422."""
+    return {
+        "matchFields": [
+            {"key": "metadata.name", "operator": "NotIn", "values": [node]} for node in nodes
+        ]
+    }
 
 
 def _keep_away(pod_spec: Json, nodes: Sequence[str], *, required: bool) -> None:
