@@ -81,6 +81,13 @@ class Corpus:
         self.poisoned = frozenset(poisoned)
         self.seed = seed
 
+    def poison(self, shard_ids: Collection[str]) -> None:
+        """Shards that turned bad while the run goes (a triggered spike); they stay bad."""
+        unknown = sorted(set(shard_ids) - {s.shard_id for s in self.shards})
+        if unknown:
+            raise ValueError(f"cannot poison shards the corpus does not have: {unknown}")
+        self.poisoned = self.poisoned | frozenset(shard_ids)
+
     @staticmethod
     def shard_id(index: int) -> str:
         return f"shard-{index:04d}"

@@ -1,10 +1,18 @@
 """The faults the example can suffer on purpose, so the healing loop can be shown and tested.
 
-Poisoned shards are data: they stay poisoned in every attempt, and only the skip-list the
-operator hands to the relaunched pods keeps training away from them. The other faults
-(NaN, a killed rank, a stalled rank) are accidents of one moment, so they strike only in
-the attempt named by `fault_attempt` (the first, by default): a relaunch that hit them again
-would never finish. A bad node (`kill_node`) is the exception: it kills whatever runs on it.
+Two ways to ask for them. `Faults` holds the scripted ones, fixed before the run starts (the
+TINYGPT_* options): poisoned shards are data, so they stay poisoned in every attempt, and
+only the skip-list the operator hands to the relaunched pods keeps training away from them.
+The other faults (NaN, a killed rank, a stalled rank) are accidents of one moment, so they
+strike only in the attempt named by `fault_attempt` (the first, by default): a relaunch
+that hit them again would never finish. A bad node (`kill_node`) is the exception: it kills
+whatever runs on it.
+
+`Triggered` holds the ones a chaos harness asks for while the run goes, through trigger
+files (triggers.py): a NaN burst, a rank that hangs inside a step for good, a shard that
+turns bad from the next one read on. Each strikes once in the whole run, whichever attempt
+sees it first; a shard a spike poisoned stays poisoned in every later attempt. (A killed
+rank, a lost node and the rest come from outside the process: tests/support/chaos.)
 """
 
 from __future__ import annotations
@@ -12,9 +20,13 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 import torch
+from triggers import Fired, TriggerBox
+
+HANG_SLEEP_SECONDS = 3600.0
 
 
 @dataclass(frozen=True)
@@ -70,3 +82,53 @@ class Faults:
         if self.strikes(attempt) and self.nan_at >= 0 and inside and rank == self.nan_rank:
             return loss * float("nan")
         return loss
+
+
+class Triggered:
+    """The faults the trigger directory asks this rank for, as they act on its steps."""
+
+    def __init__(
+        self,
+        box: TriggerBox,
+        next_shard: Callable[[], str],
+        poison: Callable[[Collection[str]], None],
+    ) -> None:
+        self.box = box
+        self._next_shard = next_shard
+        self._poison = poison
+        self._nan_left = 0
+        self._hang: Fired | None = None
+        box.scan()
+        poison(box.poisoned_shards())
+
+    def before_step(self, step: int) -> list[Fired]:
+        """Claims and arms what is due (one stat when nothing changed); keeps every shard a
+        spike poisoned, whichever rank and attempt fired it, poisoned here too."""
+        fired = self.box.due(step, self._next_shard)
+        for strike in fired:
+            what = {"nan": f"{strike.steps} NaN steps", "hang": "hangs inside the step",
+                    "spike": f"poisons {strike.shard}"}[strike.kind]  # fmt: skip
+            print(f"tiny-gpt: rank {self.box.rank} trigger {strike.trigger_id}: {what} "
+                  f"from step {step} (attempt {strike.attempt})", flush=True)  # fmt: skip
+            if strike.kind == "nan":
+                self._nan_left = strike.steps
+            elif strike.kind == "hang":
+                self._hang = strike
+        self._poison(self.box.poisoned_shards())
+        return fired
+
+    def loss(self, loss: torch.Tensor) -> torch.Tensor:
+        """NaN while a triggered burst lasts."""
+        if self._nan_left <= 0:
+            return loss
+        self._nan_left -= 1
+        return loss * float("nan")
+
+    def inside_step(self, step: int) -> None:
+        """A triggered hang: forward done, backward never starts, so the other ranks wait in
+        the gradients' collective; the agent's status endpoint still answers."""
+        if self._hang is None:
+            return
+        print(f"tiny-gpt: rank {self.box.rank} hangs inside step {step}", flush=True)
+        while True:
+            time.sleep(HANG_SLEEP_SECONDS)

@@ -34,9 +34,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from corpus import VOCAB_SIZE, Corpus
-from faults import Faults
+from faults import Faults, Triggered
 from model import GPTConfig, TinyGPT
 from torch.nn.parallel import DistributedDataParallel
+from triggers import TriggerBox, shard_read_next
 
 from stabletrain_agent.checkpoint.manager import CheckpointConfig, CheckpointManager
 from stabletrain_agent.checkpoint.planned import RestoreFailed, restore_planned
@@ -48,6 +49,7 @@ from stabletrain_agent.signals.monitor import Verdict
 from stabletrain_agent.trip import TrainingTripped
 
 LOG_SUBDIR = "tiny-gpt-log"
+FAULT_SUBDIR = "tiny-gpt-faults"
 
 
 def _option(
@@ -78,6 +80,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         ("seed", int, 1234, "seed of the weights and of the sample order"),
         ("checkpoint-dir", str, "", "standalone: tiers under DIR/local and DIR/pfs"),
         ("log-dir", str, "", f"per-step JSON lines (default: <PFS tier>/{LOG_SUBDIR})"),
+        (
+            "fault-dir",
+            str,
+            "",
+            f"trigger files asking for NaN, hang, spike now (default: <PFS tier>/{FAULT_SUBDIR})",
+        ),
         ("step-seconds", float, 0.0, "sleep after each step (slows the run to watch it)"),
         ("poison-shards", str, "", "comma-separated shard ids filled with random characters"),
         ("fault-attempt", int, 0, "the attempt in which NaN, kill and stall strike"),
@@ -192,6 +200,12 @@ def main() -> None:
     guard.checkpoints = manager
     log_dir = Path(args.log_dir) if args.log_dir else checkpoints.pfs_root / LOG_SUBDIR
     log = StepLog(log_dir, attempt, rank)
+    fault_dir = Path(args.fault_dir) if args.fault_dir else checkpoints.pfs_root / FAULT_SUBDIR
+    triggered = Triggered(
+        TriggerBox(fault_dir, rank, attempt),
+        lambda: next_shard(batches, corpus),
+        corpus.poison,
+    )
     try:  # exactly the step the operator planned (0: nothing), or stop and say why
         restored = restore_planned(
             manager, guard.applied, termination_path=guard.env.termination_path
@@ -219,9 +233,12 @@ def main() -> None:
                 # checkpoint; dying with a copy still in flight is the selection's unit tests.
                 manager.flush(60.0)
             faults.before_step(step, rank, attempt)
+            for strike in triggered.before_step(step):
+                log.write({"event": "fault", **vars(strike)})
             batch = next(batches)
             loss = model(batch[:, :-1], batch[:, 1:])
-            loss = faults.loss(loss, step, rank, attempt)
+            loss = triggered.loss(faults.loss(loss, step, rank, attempt))
+            triggered.inside_step(step)
             torch.autograd.backward(loss)
             verdict = guard.step(loss, tokens=batch[:, :-1].numel())  # 2
             optimizer.zero_grad(set_to_none=True)
@@ -255,6 +272,15 @@ def save(manager: CheckpointManager, guard: Guard, verdict: Verdict) -> None:
         anomalies=[str(f.signal) for f in verdict.findings],
         baseline=baseline,
     )
+
+
+def next_shard(batches: ShardedBatches[torch.Tensor, torch.Tensor], corpus: Corpus) -> str:
+    """The shard a triggered spike poisons: the next one the data starts, past what the
+    skip-list passes over and what is poisoned already."""
+    passed_over = batches.skip.every_shard_named() | corpus.poisoned
+    position = int(batches.state_dict()["position"])
+    shard_ids = [s.shard_id for s in corpus.shards]
+    return shard_read_next(position, shard_ids, corpus.shard_samples, passed_over)
 
 
 def record_step(

@@ -114,6 +114,25 @@ class ControlPlane:
             if not proc.alive():
                 raise RuntimeError(f"{proc.name} exited:\n{proc.log_tail()}")
 
+    def restart_apiserver(self, down_seconds: float = 0.0, timeout: float = 90.0) -> float:
+        """kube-apiserver stopped (SIGTERM, then SIGKILL after 5 s) and started again with the
+        same flags, port and certificates after `down_seconds`; etcd keeps running and keeps
+        the data. Returns the seconds from the stop until /readyz answered again.
+
+        Like every child here it dies with the thread that starts it (processes.py): call
+        this from a thread that lives as long as the control plane.
+        """
+        index = next(i for i, p in enumerate(self.processes) if p.name == "kube-apiserver")
+        old = self.processes[index]
+        began = time.monotonic()
+        old.stop()
+        time.sleep(down_seconds)
+        new = ManagedProcess(old.name, old.argv, old.log_path, env=old.env, cwd=old.cwd)
+        self.processes[index] = new
+        admin = _client_context(self.ca.cert_path, self.admin)
+        _wait_healthy(f"{self.server}/readyz", new, admin, timeout)
+        return time.monotonic() - began
+
     def stop(self) -> None:
         for proc in reversed(self.processes):
             proc.stop()

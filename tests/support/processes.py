@@ -32,6 +32,9 @@ class ManagedProcess:
         cwd: Path | None = None,
     ) -> None:
         self.name = name
+        self.argv = list(argv)
+        self.env = env
+        self.cwd = cwd
         self.log_path = log_path
         self._log = log_path.open("ab")
         self.popen = subprocess.Popen(

@@ -100,6 +100,8 @@ class LocalCluster:
         self._agents: dict[str, NodeAgent] = {}
         self._contexts: dict[str, NodeContext] = {}
         self._lost: set[str] = set()
+        self._lost_pods: dict[str, set[str]] = {}
+        self._read_only_claims: set[tuple[str, str]] = set()
         self._workers: dict[str, tuple[str, PodWorker]] = {}
         self._retired: set[str] = set()
         self._binder = Binder(self.api)
@@ -140,6 +142,7 @@ class LocalCluster:
                 self._contexts[name] = NodeContext(
                     self.api, name, host_ip, self.network, storage, self.marker,
                     self._endpoints.snapshot, self._env, self._backoff,
+                    self._read_only_claims,
                 )  # fmt: skip
             self._loop.start()
         except BaseException:
@@ -227,11 +230,60 @@ class LocalCluster:
             for uid, _ in doomed:
                 del self._workers[uid]
                 self._retired.add(uid)
+            self._lost_pods.setdefault(name, set()).update(uid for uid, _ in doomed)
         self._agents[name].stop_heartbeats()
         for _, worker in doomed:
             worker.lose()
         for _, worker in doomed:
             worker.join(STOP_JOIN_SECONDS)
+
+    def restore_node(self, name: str) -> list[str]:
+        """A lost node comes back (the same boot: its heartbeats resume, Ready again).
+
+        Pods it lost that the control plane has marked for deletion meanwhile (the eviction
+        after `unreachable`) get a worker again, which finalizes them as a returning kubelet
+        does: their processes are long gone. A lost pod that was not marked for deletion is
+        left as it is (a kubelet would report its vanished container; that is not modelled):
+        wait at least --node-monitor-grace-period plus the pods' toleration before restoring.
+        Returns those left pods' names.
+        """
+        if name not in self._lost:
+            raise ValueError(f"node {name} is not lost; lost: {sorted(self._lost)}")
+        lost_pods = self._lost_pods.pop(name, set())
+        left = []
+        for pod in self.api.items("/api/v1/pods", {"fieldSelector": f"spec.nodeName={name}"}):
+            metadata = pod["metadata"]
+            if metadata["uid"] in lost_pods and not metadata.get("deletionTimestamp"):
+                left.append(f"{metadata['namespace']}/{metadata['name']}")
+                lost_pods.discard(metadata["uid"])
+        with self._lock:
+            self._retired -= lost_pods
+            self._lost.discard(name)
+        self._agents[name].resume_heartbeats()
+        return left
+
+    def pod_processes(self, namespace: str, pod: str) -> list[int]:
+        """PIDs (as this host numbers them) of every live process of the pod on our nodes."""
+        with self._lock:
+            workers = [w for _, w in self._workers.values() if w.name == f"{namespace}/{pod}"]
+        return [pid for worker in workers for pid in worker.processes()]
+
+    def set_claim_read_only(self, namespace: str, claim: str, read_only: bool) -> list[str]:
+        """The claim's volume (the "PFS") read-only, or writable again, for the containers of
+        every pod that mounts it: remounted inside the running ones (see localnode/remount.py),
+        and mounted so in those that start meanwhile. Returns "ns/pod container:mountPath" of
+        each running container changed."""
+        key = (namespace, claim)
+        with self._lock:
+            if read_only:
+                self._read_only_claims.add(key)
+            else:
+                self._read_only_claims.discard(key)
+            workers = [w for _, w in self._workers.values()]
+        done = []
+        for worker in workers:
+            done += [f"{worker.name} {where}" for where in worker.remount_claim(key, read_only)]
+        return done
 
     # -- the sync loop -------------------------------------------------------------------
     def _sync_forever(self) -> None:

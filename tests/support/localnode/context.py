@@ -34,6 +34,9 @@ class NodeContext:
     endpoints: Callable[[], tuple[int, Sequence[Endpoint]]]
     base_env: dict[str, str]
     backoff: Backoff = field(default_factory=Backoff)
+    read_only_claims: set[tuple[str, str]] = field(default_factory=set)
+    """(namespace, claim) pairs whose volume containers get read-only (a PFS outage); one
+    set shared by every node of a cluster."""
 
     @property
     def pods_dir(self) -> Path:

@@ -140,6 +140,19 @@ class NodeAgent:
         self._stop.set()
         self._thread.join(timeout=10)
 
+    def resume_heartbeats(self) -> None:
+        """The node is back (same boot: a partition healed, a hung kubelet recovered): Ready
+        and a fresh Lease at once, then the usual heartbeat."""
+        if self._thread.is_alive():
+            return
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._heartbeat, name=f"node-{self.name}", daemon=True
+        )
+        self._post_status()
+        self._renew_lease()
+        self._thread.start()
+
     def deregister(self) -> None:
         self.stop_heartbeats()
         self.api.delete(f"/api/v1/nodes/{self.name}")

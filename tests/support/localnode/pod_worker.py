@@ -26,10 +26,11 @@ from support.localnode.container import ContainerRun, Mount, now
 from support.localnode.context import NodeContext
 from support.localnode.env import container_argv, container_env, expand
 from support.localnode.namespaces import MARKER_ENV
+from support.localnode.remount import set_read_only
 from support.localnode.sandbox import PodSandbox
 from support.localnode.sources import PodConfigError
 from support.localnode.status import TERMINAL_PHASES, ContainerView, pod_status
-from support.localnode.sweep import kill_marked
+from support.localnode.sweep import kill_marked, marked_processes
 from support.localnode.volumes import PodVolumes
 
 log = logging.getLogger(__name__)
@@ -272,10 +273,45 @@ class PodWorker:
                 source = source / sub_path
                 if not source.exists():
                     source.mkdir(parents=True)
-            mounts.append(
-                Mount(source, volume_mount["mountPath"], bool(volume_mount.get("readOnly")))
-            )
+            read_only = bool(volume_mount.get("readOnly"))
+            if self._claim_of(volume_mount["name"]) in self.context.read_only_claims:
+                read_only = True
+            mounts.append(Mount(source, volume_mount["mountPath"], read_only))
         return mounts
+
+    def _claim_of(self, volume_name: str) -> tuple[str, str] | None:
+        """(namespace, claim) when the volume of that name is a PersistentVolumeClaim."""
+        for volume in self._pod["spec"].get("volumes") or []:
+            if volume["name"] == volume_name and "persistentVolumeClaim" in volume:
+                claim = volume["persistentVolumeClaim"]["claimName"]
+                return self._pod["metadata"]["namespace"], claim
+        return None
+
+    # -- acting on the running pod from outside (fault injection) ------------------------
+    def processes(self) -> list[int]:
+        """Every process of the pod still alive (its containers' and its sandbox's)."""
+        return marked_processes(self.marker)
+
+    def remount_claim(self, claim: tuple[str, str], read_only: bool) -> list[str]:
+        """The claim's volume made read-only or writable in every running container of the
+        pod (support.localnode.remount); returns "container:mountPath" for each."""
+        done = []
+        for container in self._containers:
+            run = container.run
+            if run is None or run.process.popen.poll() is not None:
+                continue
+            for volume_mount in container.spec.get("volumeMounts") or []:
+                if self._claim_of(volume_mount["name"]) != claim:
+                    continue
+                target = volume_mount["mountPath"]
+                try:
+                    set_read_only(run.pid, target, read_only)
+                except RuntimeError:
+                    if run.process.popen.poll() is None:
+                        raise
+                    continue  # it ended meanwhile: nothing left to remount
+                done.append(f"{container.view.name}:{target}")
+        return done
 
     def _sync_volumes(self, pod: Json) -> None:
         try:

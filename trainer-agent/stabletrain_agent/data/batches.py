@@ -149,6 +149,11 @@ class ShardedBatches(Generic[Chunk, Batch]):
         self._skip = skip
 
     @property
+    def skip(self) -> SkipList:
+        """The skip-list in force (the directives' since the last ``set_skip``)."""
+        return self._skip
+
+    @property
     def next_batch_index(self) -> int:
         return self._batch_index
 

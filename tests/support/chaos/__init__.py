@@ -1,0 +1,1 @@
+"""Chaos: faults of every kind injected into a running job, and the harness that measures them."""
