@@ -20,7 +20,15 @@ import kopf
 
 from stabletrain_agent.contract import env
 from stabletrain_operator import metrics, pods
+from stabletrain_operator.jobview import DEFAULT_PROGRESS_WRITE_SECONDS
 from stabletrain_operator.remediation import NodeRemediation
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds >= 0")
+    return value
 
 
 def _arguments() -> argparse.Namespace:
@@ -52,6 +60,13 @@ def _arguments() -> argparse.Namespace:
         help="taint or cordon a node once it was the culprit of N incidents of one job "
         "(needs get/patch on nodes; off by default)",
     )
+    parser.add_argument(
+        "--progress-write-seconds",
+        type=_seconds,
+        default=DEFAULT_PROGRESS_WRITE_SECONDS,
+        help="least time between two status writes that only move step, loss, grad norm and "
+        "throughput (decisions are written at once)",
+    )
     parser.add_argument("--verbose", action="store_true")
     return parser.parse_args()
 
@@ -77,7 +92,9 @@ def run() -> None:
         liveness_endpoint=args.liveness or None,
         clusterwide=not args.namespace,
         namespaces=args.namespace,
-        memo=kopf.Memo(remediation=args.remediate_nodes),
+        memo=kopf.Memo(
+            remediation=args.remediate_nodes, progress_write_seconds=args.progress_write_seconds
+        ),
     )
 
 

@@ -13,13 +13,12 @@ import json
 import logging
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
-from pydantic import ValidationError
 
 from stabletrain_agent.contract.base import ContractError
 from stabletrain_agent.contract.channel import HTTP_OK, new_token
@@ -30,7 +29,8 @@ from stabletrain_operator import crashpoints, metrics, naming, pods
 from stabletrain_operator.api.constants import Phase
 from stabletrain_operator.api.spec import StableTrainingJobSpec
 from stabletrain_operator.api.status import StableTrainingJobStatus, SuspectNode
-from stabletrain_operator.kube import HTTP_CONFLICT, Json, Kube
+from stabletrain_operator.jobview import JobView, Source, parse, source, write_needed
+from stabletrain_operator.kube import HTTP_CONFLICT, Kube, StaleStatusError
 from stabletrain_operator.machine import Launch, Step, World, advance
 from stabletrain_operator.observe.pods import PodFacts, PodState
 from stabletrain_operator.observe.scrape import ScrapeResult, ScrapeTarget, scrape_all
@@ -61,27 +61,19 @@ class JobMemory:
     base_ready: bool = False
     beats: dict[str, RankProgress] = field(default_factory=dict)
     """Newest heartbeat of each pod of the current attempt, kept while its agent is silent."""
+    view: JobView | None = None
+    """The newest version of the job read or written (jobview.py)."""
+    rejected_version: str | None = None
+    """A version whose spec or status did not validate (logged once, not read again)."""
+    progress_written_at: float = 0.0
+    skip_ranges: tuple[str, tuple[SkipRange, ...]] | None = None
+    """The spilled skip list as last read from (or written to) its ConfigMap."""
 
 
 @dataclass(frozen=True)
 class JobKey:
     namespace: str
     name: str
-
-
-def _parse(job: Json) -> tuple[StableTrainingJobSpec, StableTrainingJobStatus] | None:
-    name = job["metadata"]["name"]
-    try:
-        spec = StableTrainingJobSpec.model_validate(job.get("spec") or {})
-    except ValidationError as error:
-        _log.error("job %s: spec does not match the StableTrainingJob schema: %s", name, error)
-        return None
-    try:
-        status = StableTrainingJobStatus.model_validate(job.get("status") or {})
-    except ValidationError as error:
-        _log.error("job %s: status is not what this operator writes: %s", name, error)
-        return None
-    return spec, status
 
 
 def _with_vanished(
@@ -176,16 +168,25 @@ def _stops_now(status: StableTrainingJobStatus, step: Step) -> bool:
     )
 
 
-def _skip_ranges(kube: Kube, key: JobKey, status: StableTrainingJobStatus) -> tuple[SkipRange, ...]:
-    if status.skip_ranges_config_map is None:
+def _skip_ranges(
+    kube: Kube, key: JobKey, status: StableTrainingJobStatus, memory: JobMemory
+) -> tuple[SkipRange, ...]:
+    """The whole skip list: inline in status, or spilled to a ConfigMap only this operator
+    writes (so it is read once and then only again after this operator rewrote it)."""
+    name = status.skip_ranges_config_map
+    if name is None:
         return status.active_skip_ranges
-    data = kube.config_map_data(key.namespace, status.skip_ranges_config_map) or {}
+    if memory.skip_ranges is not None and memory.skip_ranges[0] == name:
+        return memory.skip_ranges[1]
+    data = kube.config_map_data(key.namespace, name) or {}
     raw = data.get(pods.SKIP_RANGES_KEY)
     if raw is None:
         _log.error("job %s: skip-range ConfigMap %s is missing; using the inline ranges",
-                   key.name, status.skip_ranges_config_map)  # fmt: skip
+                   key.name, name)  # fmt: skip
         return status.active_skip_ranges
-    return tuple(SkipRange.model_validate(item) for item in json.loads(raw))
+    ranges = tuple(SkipRange.model_validate(item) for item in json.loads(raw))
+    memory.skip_ranges = (name, ranges)
+    return ranges
 
 
 def _attempt_directives(
@@ -367,29 +368,91 @@ def _patch_node(kube: Kube, node: SuspectNode, action: NodeAction, job: str) -> 
     raise AssertionError("unreachable: the last attempt returns or raises")
 
 
+async def _view(
+    kube: Kube, key: JobKey, live: Mapping[str, Any], memory: JobMemory
+) -> JobView | bool:
+    """The version of the job this tick acts on (jobview.py); False once the job is gone or
+    being deleted, True while its newest version does not validate (nothing to act on)."""
+    metadata = live.get("metadata") or {}
+    if metadata.get("deletionTimestamp"):
+        return False
+    version = metadata.get("resourceVersion")
+    if version is not None and version == memory.rejected_version:
+        return True
+    if source(memory.view, version, time.monotonic()) is Source.HELD and memory.view is not None:
+        return memory.view
+    job = await asyncio.to_thread(kube.get_job, key.namespace, key.name)
+    if job is None or job["metadata"].get("deletionTimestamp"):
+        return False
+    parsed = parse(job)
+    if parsed is None:
+        memory.view, memory.rejected_version = None, job["metadata"]["resourceVersion"]
+        return True
+    spec, status = parsed
+    memory.view = JobView(job["metadata"]["resourceVersion"], job, spec, status, time.monotonic())
+    return memory.view
+
+
+async def _record(
+    kube: Kube,
+    key: JobKey,
+    view: JobView,
+    status: StableTrainingJobStatus,
+    memory: JobMemory,
+    *,
+    progress_seconds: float,
+) -> bool:
+    """Write `status` if it holds a decision or progress is due; either way it becomes the
+    held status. True when it was written."""
+    now = time.monotonic()
+    due = write_needed(
+        view.status,
+        status,
+        progress_written_at=memory.progress_written_at,
+        now=now,
+        progress_seconds=progress_seconds,
+    )
+    if not due:
+        memory.view = dataclasses.replace(view, status=status)
+        return False
+    try:
+        written = await asyncio.to_thread(
+            kube.write_status, key.namespace, key.name, view.resource_version, status_json(status)
+        )
+    except StaleStatusError:
+        memory.view = None
+        raise
+    version = written["metadata"]["resourceVersion"]
+    memory.view = JobView(version, written, view.spec, status, now)
+    memory.progress_written_at = now
+    return True
+
+
 async def tick(
     kube: Kube,
     key: JobKey,
+    live: Mapping[str, Any],
     indexed: Iterable[PodFacts],
     memory: JobMemory,
+    *,
     remediation: NodeRemediation | None = None,
+    progress_seconds: float = 0.0,
 ) -> bool:
-    """One reconcile; False once the job is gone (the daemon may end)."""
-    job = await asyncio.to_thread(kube.get_job, key.namespace, key.name)
-    if job is None or job["metadata"].get("deletionTimestamp"):
-        metrics.forget_job(key.namespace, key.name)
-        return False
-    parsed = _parse(job)
-    if parsed is None:
-        return True
-    spec, status = parsed
+    """One reconcile; False once the job is gone (the daemon may end). `live` is kopf's live
+    body of the job; progress numbers are written at most every `progress_seconds`."""
+    view = await _view(kube, key, live, memory)
+    if isinstance(view, bool):
+        if not view:
+            metrics.forget_job(key.namespace, key.name)
+        return view
+    job, spec, status = view.job, view.spec, view.status
     ref = pods.JobRef(key.name, key.namespace, job["metadata"]["uid"])
     await asyncio.to_thread(ensure_base, kube, ref, memory)
     facts = _with_vanished(list(indexed), memory, status)
     _remember_nodes(memory, facts, status.attempt)
     scrapes = await _scrape(facts, status, memory)
     progress = _progress(memory, facts, scrapes, status.attempt)
-    skip = await asyncio.to_thread(_skip_ranges, kube, key, status)
+    skip = await asyncio.to_thread(_skip_ranges, kube, key, status, memory)
     directives = await asyncio.to_thread(_attempt_directives, kube, key, memory, status.attempt)
     ledger = _ledger(key, status)
     generation = job["metadata"].get("generation")
@@ -400,7 +463,7 @@ async def tick(
         now=datetime.now(UTC),
         job=key.name,
         spec=spec,
-        generation=job["metadata"].get("generation"),
+        generation=generation,
         pods=tuple(facts),
         scrapes=scrapes,
         skip_ranges=skip,
@@ -419,14 +482,12 @@ async def tick(
             step = advance(status, dataclasses.replace(world, scrapes=final))
     if step.launch is not None:
         await asyncio.to_thread(launch, kube, ref, spec, step.launch)
-    if step.status != status:
-        resource_version = job["metadata"]["resourceVersion"]
-        await asyncio.to_thread(
-            kube.write_status, key.namespace, key.name, resource_version, status_json(step.status)
-        )
-        if step.status.phase is not status.phase:
-            _log.info("job %s: %s -> %s", key.name, status.phase, step.status.phase)
-            crashpoints.maybe_crash_after(step.status.phase.value)
+        if step.launch.spill_skip_ranges is not None:
+            memory.skip_ranges = None
+    written = await _record(kube, key, view, step.status, memory, progress_seconds=progress_seconds)
+    if written and step.status.phase is not status.phase:
+        _log.info("job %s: %s -> %s", key.name, status.phase, step.status.phase)
+        crashpoints.maybe_crash_after(step.status.phase.value)
     if step.status.attempt != status.attempt:
         memory.seen = {n: a for n, a in memory.seen.items() if a >= step.status.attempt}
     for name in step.delete_pods:

@@ -31,6 +31,8 @@ from support.processes import ManagedProcess, free_port
 
 REPO = Path(__file__).resolve().parents[2]
 WORKER = REPO / "tests" / "support" / "workloads" / "contract_worker.py"
+PROGRESS_WRITE_SECONDS = 1.0
+"""Tests wait on step and loss in status, so they get them every second (the chart: 30 s)."""
 Json = dict[str, Any]
 
 
@@ -57,9 +59,16 @@ class OperatorProcess:
     """One operator process; `kill()` is a SIGKILL, `start()` may be called again after it."""
 
     def __init__(
-        self, plane: ControlPlane, namespace: str, log_path: Path, env: Mapping[str, str] = {}
+        self,
+        plane: ControlPlane,
+        namespace: str,
+        log_path: Path,
+        env: Mapping[str, str] = {},
+        *,
+        progress_write_seconds: float = PROGRESS_WRITE_SECONDS,
     ) -> None:
         self.plane = plane
+        self.progress_write_seconds = progress_write_seconds
         self.namespace = namespace
         self.log_path = log_path
         self.extra_env = dict(env)
@@ -73,6 +82,7 @@ class OperatorProcess:
         argv = [
             sys.executable, "-m", "stabletrain_operator", "--namespace", self.namespace,
             "--metrics-port", str(self.metrics_port), "--liveness", liveness,
+            "--progress-write-seconds", str(self.progress_write_seconds),
         ]  # fmt: skip
         if os.environ.get("STABLETRAIN_TEST_OPERATOR_VERBOSE"):
             argv.append("--verbose")
@@ -127,8 +137,12 @@ def running_operator(
     namespace: str,
     log_path: Path,
     env: Mapping[str, str] = {},
+    *,
+    progress_write_seconds: float = PROGRESS_WRITE_SECONDS,
 ) -> Iterator[OperatorProcess]:
-    operator = OperatorProcess(plane, namespace, log_path, env)
+    operator = OperatorProcess(
+        plane, namespace, log_path, env, progress_write_seconds=progress_write_seconds
+    )
     operator.start()
     try:
         yield operator

@@ -1,8 +1,11 @@
 """One daemon per StableTrainingJob: the job's level-based reconcile loop.
 
 A daemon rather than change handlers because most of what matters does not change the job
-object at all: pods end, agents report, time passes. The loop ticks a few times a second;
-each tick reads the job afresh, so no decision is made on a stale view.
+object at all: pods end, agents report, time passes. The loop ticks a few times a second
+from what kopf's watches deliver (the job's live body, the pod index) and the agents'
+scrapes; it reads the job from the API server only when the live body and the version it
+last wrote disagree for longer than a watch takes to catch up (jobview.py), so an idle job
+costs no API request and no decision is made on a state older than one it saw.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from kubernetes.client.exceptions import ApiException
 from stabletrain_operator import metrics
 from stabletrain_operator.api.constants import GROUP, PLURAL, VERSION
 from stabletrain_operator.handlers.pod_index import PodKey
+from stabletrain_operator.jobview import DEFAULT_PROGRESS_WRITE_SECONDS
 from stabletrain_operator.kube import Kube, StaleStatusError
 from stabletrain_operator.observe.pods import PodFacts
 from stabletrain_operator.reconcile import JobKey, JobMemory, tick
@@ -30,6 +34,7 @@ async def run_job(
     *,
     name: str,
     namespace: str | None,
+    body: kopf.Body,
     stopped: kopf.DaemonStopped,
     memo: Any,
     **kwargs: Any,
@@ -44,7 +49,15 @@ async def run_job(
     while not stopped:
         try:
             indexed = list(worker_pods.get((namespace, name), []))
-            alive = await tick(kube, key, indexed, memory, memo.get("remediation"))
+            alive = await tick(
+                kube,
+                key,
+                body,
+                indexed,
+                memory,
+                remediation=memo.get("remediation"),
+                progress_seconds=memo.get("progress_write_seconds", DEFAULT_PROGRESS_WRITE_SECONDS),
+            )
         except StaleStatusError:
             metrics.RECONCILE_ERRORS.labels("Conflict").inc()
             alive = True

@@ -1,0 +1,71 @@
+"""What a healthy running job costs the API server: no read of the job while nothing but its
+agents' numbers change, and progress written at the operator's bounded rate.
+
+The counts are the API server's own (`apiserver_request_total`, diffed over a window in
+which the test itself sends no request about jobs)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+from pathlib import Path
+
+from kubernetes import client
+
+from support.controlplane import ControlPlane
+from support.operator import Jobs, job_manifest, running_operator
+
+WINDOW_SECONDS = 20.0
+PROGRESS_WRITE_SECONDS = 30.0
+SAMPLE = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$")
+
+
+def _job_requests(plane: ControlPlane) -> dict[tuple[str, str], float]:
+    """Requests about StableTrainingJobs so far, by (verb, subresource)."""
+    text = subprocess.run(
+        plane.kubectl("get", "--raw", "/metrics"), check=True, capture_output=True, text=True
+    ).stdout
+    counts: dict[tuple[str, str], float] = {}
+    for line in text.splitlines():
+        found = SAMPLE.match(line)
+        if found is None:
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', found["labels"]))
+        if labels.get("resource") != "stabletrainingjobs":
+            continue
+        key = (labels["verb"], labels.get("subresource", ""))
+        counts[key] = counts.get(key, 0.0) + float(found["value"])
+    return counts
+
+
+def test_a_running_job_costs_no_read_and_writes_progress_at_the_bounded_rate(
+    control_plane: ControlPlane,
+    api_client: client.ApiClient,
+    jobs: Jobs,
+    job_namespace: str,
+    tmp_path: Path,
+) -> None:
+    with running_operator(
+        control_plane,
+        api_client,
+        job_namespace,
+        tmp_path / "operator.log",
+        progress_write_seconds=PROGRESS_WRITE_SECONDS,
+    ):
+        jobs.create(job_manifest("quiet", {"ST_STEPS": "100000", "ST_STEP_SECONDS": "0.1",
+                                           "ST_CKPT_EVERY": "100000"}))  # fmt: skip
+        jobs.wait("quiet", lambda s: s.get("phase") == "Running", 90, "the job to run")
+        time.sleep(3)  # the Running write's own watch event and the first scrapes
+        before = _job_requests(control_plane)
+        time.sleep(WINDOW_SECONDS)
+        after = _job_requests(control_plane)
+        status = jobs.status("quiet")
+    spent = {key: after[key] - before.get(key, 0.0) for key in after}
+    spent = {key: n for key, n in spent.items() if n}
+    print(f"\nrequests about the job in {WINDOW_SECONDS:.0f} s while it ran: {spent}")
+    assert status["phase"] == "Running"
+    assert spent.get(("GET", ""), 0) == 0, "the daemon read the job while nothing changed"
+    assert spent.get(("PATCH", "status"), 0) <= 1, (
+        f"more than one progress write in {WINDOW_SECONDS} s at one per {PROGRESS_WRITE_SECONDS} s"
+    )
