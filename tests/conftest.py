@@ -18,9 +18,13 @@ _MARK_BY_DIRECTORY = {"integration": pytest.mark.integration, "e2e": pytest.mark
 _TESTS = Path(__file__).parent
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # Long chaos scenarios stay out of `make test` (its cold-run budget) unless asked for.
+    chaos_selected = "chaos" in (config.option.markexpr or "")
     for item in items:
         top = item.path.relative_to(_TESTS).parts[0]
         mark = _MARK_BY_DIRECTORY.get(top)
         if mark is not None:
             item.add_marker(mark)
+        if item.get_closest_marker("chaos") and not chaos_selected:
+            item.add_marker(pytest.mark.skip(reason="a long chaos scenario: runs with -m chaos"))

@@ -14,6 +14,8 @@ The chaos harness (bench/chaos.py) decides when; this module does it, on the loc
   trips the default detection past its warm-up (baseline.warmupSteps, 100 steps).
 - "lost-node": a node running one of the job's pods is lost (heartbeats stop, its pods'
   processes die) and comes back after `lost_node_seconds` (tick), so the pool refills.
+  Keep it above ~30 s (the control plane's 10 s grace plus the workers' 15 s toleration):
+  the returning node finalizes the pods the eviction marked for deletion, not others.
 - "pfs-readonly": the PFS claim read-only in every container of every pod that mounts it
   (a stacked read-only bind mount in each container's mount namespace, and read-only for
   containers that start meanwhile) for `pfs_seconds`; tick makes it writable again.
@@ -28,6 +30,10 @@ The chaos harness (bench/chaos.py) decides when; this module does it, on the loc
 
 Processes (the operator, kube-apiserver) restarted here die with the thread that started
 them (support.processes): call inject/tick/close from the harness's main thread.
+
+Beware, for a schedule: two attempts in a row that end with the same error are a crash loop
+(operator policy/crashloop.py), and the default `recovery.crashLoop.action: Fail` fails the
+job; two "kill"s with no other fault between them end two attempts with "killed by signal 9".
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ import signal
 import subprocess
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,7 +61,17 @@ from support.controlplane import ControlPlane
 from support.localnode import LocalCluster
 from support.operator import OperatorProcess
 
-KINDS: tuple[str, ...] = ("kill", "nan", "hang", "spike")
+KINDS: tuple[str, ...] = (
+    "kill",
+    "nan",
+    "hang",
+    "spike",
+    "lost-node",
+    "pfs-readonly",
+    "operator-kill",
+    "corrupt-checkpoint",
+    "apiserver-restart",
+)
 """The kinds shown to take effect (tests/e2e/test_fault_injection.py); inject refuses others."""
 FAULT_SUBDIR = "tiny-gpt-faults"
 """train.py's default trigger directory under the PFS tier (train.FAULT_SUBDIR)."""
@@ -90,7 +107,7 @@ class Injected:
 @dataclass
 class _Pending:
     injected: Injected
-    undo: Any = field(repr=False)
+    undo: Callable[[], None] = field(repr=False)
 
 
 def write_trigger(directory: Path, trigger_id: str, body: Json) -> Path:
