@@ -10,7 +10,7 @@ K8S_VERSION ?= v1.34.4
 export STABLETRAIN_K8S_BIN_DIR ?= $(STABLETRAIN_CACHE)/k8s/$(K8S_VERSION)
 PYTEST_ARGS ?=
 
-.PHONY: help install lint test unit crds k8s-bins node-runtime images realnode demo bench clean
+.PHONY: help install lint test unit crds k8s-bins node-runtime images realnode demo bench chaos clean
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -65,6 +65,10 @@ bench: $(STAMP) k8s-bins ## guard overhead vs the bare loop (plain, Lightning, H
 	$(PY) bench/replay_speed.py
 	$(PY) -W ignore bench/checkpoint_io.py
 	PYTHONPATH=tests $(PY) bench/recovery_timeline.py
+
+CHAOS_ARGS ?=
+chaos: $(STAMP) k8s-bins ## a clean run, then the same run through every kind of fault (about 15 + 12 min): the fault plan, per-fault table, ETTR, final loss, out/chaos/chaos.png; CHAOS_ARGS="--minutes 5 --seed 3 --interval 60 --out DIR"
+	PYTHONPATH=tests $(PY) bench/chaos.py $(CHAOS_ARGS)
 
 clean: ## remove the virtualenv and caches inside the repo (the binary cache stays)
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .import_linter_cache

@@ -23,7 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -34,7 +34,7 @@ from kubernetes import client, config
 from support.controlplane import ControlPlane, running_control_plane
 from support.localnode import LocalCluster
 from support.lossplot import plot_recovery, skip_label
-from support.operator import Jobs, create_claim, install_crd, running_operator
+from support.operator import Jobs, OperatorProcess, create_claim, install_crd, running_operator
 from support.timeline import Recorder, format_timeline, rollback_timeline
 from support.tinygpt import MANIFEST, REPO, StepLogs, job_manifest, write_replay_csv
 
@@ -56,22 +56,22 @@ def say(text: str) -> None:
     print(text, flush=True)
 
 
-def make_namespace(api_client: client.ApiClient) -> None:
+def make_namespace(api_client: client.ApiClient, namespace: str = NAMESPACE) -> None:
     """The namespace, once kube-controller-manager made what pods need in it (the default
     ServiceAccount and kube-root-ca.crt); admission rejects pods before that."""
     core: Any = client.CoreV1Api(api_client)
-    core.create_namespace({"metadata": {"name": NAMESPACE}})
+    core.create_namespace({"metadata": {"name": namespace}})
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        accounts = core.list_namespaced_service_account(NAMESPACE).items
-        maps = core.list_namespaced_config_map(NAMESPACE).items
+        accounts = core.list_namespaced_service_account(namespace).items
+        maps = core.list_namespaced_config_map(namespace).items
         if any(a.metadata.name == "default" for a in accounts) and any(
             m.metadata.name == "kube-root-ca.crt" for m in maps
         ):
-            create_claim(core, NAMESPACE)
+            create_claim(core, namespace)
             return
         time.sleep(0.2)
-    raise RuntimeError(f"namespace {NAMESPACE}: no default ServiceAccount after 60 s")
+    raise RuntimeError(f"namespace {namespace}: no default ServiceAccount after 60 s")
 
 
 def follow(jobs: Jobs, timeout: float = TIMEOUT_S) -> dict[str, Any]:
@@ -118,28 +118,39 @@ class Stage:
     cluster: LocalCluster
     jobs: Jobs
     recorder: Recorder
+    operator: OperatorProcess
+    api_client: client.ApiClient
 
 
 @contextlib.contextmanager
-def stage(work: Path, out: Path, manifest: dict[str, Any]) -> Iterator[Stage]:
+def stage(
+    work: Path,
+    out: Path,
+    manifest: dict[str, Any] | None,
+    *,
+    nodes: Sequence[str] = ("node-a", "node-b"),
+    namespace: str = NAMESPACE,
+) -> Iterator[Stage]:
     """Control plane, CRD, namespace, local nodes, operator, a recorder on the job, and
-    the job created; all of it stopped again, in reverse order, however the block ends."""
+    the job created (unless `manifest` is None: the caller creates its jobs); all of it
+    stopped again, in reverse order, however the block ends."""
     with contextlib.ExitStack() as stack:
         say("starting a control plane (etcd, kube-apiserver, kube-controller-manager) ...")
         plane = stack.enter_context(running_control_plane())
         api_client: Any = config.new_client_from_config(config_file=str(plane.kubeconfig))  # type: ignore[no-untyped-call]
         stack.callback(api_client.close)
         install_crd(plane)
-        make_namespace(api_client)
-        say("starting the local nodes node-a and node-b, and the operator ...")
-        cluster = stack.enter_context(LocalCluster(api_client, root=work / "localnode"))
+        make_namespace(api_client, namespace)
+        say(f"starting the local nodes {', '.join(nodes)}, and the operator ...")
+        cluster = stack.enter_context(LocalCluster(api_client, nodes, root=work / "localnode"))
         operator_log = out / "operator.log"
-        stack.enter_context(running_operator(plane, api_client, NAMESPACE, operator_log))
-        recorder = stack.enter_context(Recorder(api_client, NAMESPACE, JOB))
-        jobs = Jobs(api_client, NAMESPACE)
+        operator = stack.enter_context(running_operator(plane, api_client, namespace, operator_log))
+        recorder = stack.enter_context(Recorder(api_client, namespace, JOB))
+        jobs = Jobs(api_client, namespace)
         stack.callback(keep_artifacts, cluster, jobs, out)
-        jobs.create(manifest)
-        yield Stage(plane, cluster, jobs, recorder)
+        if manifest is not None:
+            jobs.create(manifest)
+        yield Stage(plane, cluster, jobs, recorder, operator, api_client)
         say("stopping the operator, the nodes and the control plane ...")
 
 

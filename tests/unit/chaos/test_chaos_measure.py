@@ -1,0 +1,121 @@
+"""Laying each incident at the right fault's door, and what each fault cost, from
+step logs and phase times written here by hand."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from support.chaos.inject import Injected
+from support.chaos.measure import Incident, measure_faults, summarize
+from support.chaos.run import Applied, RunResult
+from support.chaos.schedule import explicit_schedule
+from support.tinygpt import StepLogs
+
+T0 = 1_000_000.0
+
+
+def write_attempt(
+    logs: StepLogs, attempt: int, steps: range, restored: int | None, *,
+    source: str | None = None, at: float = T0,
+) -> None:  # fmt: skip
+    logs.directory.mkdir(parents=True, exist_ok=True)
+    for rank in (0, 1):
+        lines: list[dict[str, Any]] = [
+            {"event": "start", "attempt": attempt, "restored_step": restored,
+             "restored_from": source, "time": at},
+        ]  # fmt: skip
+        lines += [
+            {"attempt": attempt, "step": s, "loss": 3.0 - s / 1000,
+             "time": at + 0.1 * (s - steps[0])}
+            for s in steps
+        ]  # fmt: skip
+        path = logs.directory / f"attempt-{attempt}-rank-{rank}.jsonl"
+        path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+
+def restart(restored: int, source: str = "pfs") -> Incident:
+    start = {"event": "start", "restored_step": restored, "restored_from": source}
+    return Incident(
+        entry={"action": "RestartFromLatest", "attempt": 1, "signal": "WorkerFailure",
+               "toStep": restored},
+        stopping_at=T0 + 10.5, planning_at=T0 + 11.5, relaunching_at=T0 + 12.0,
+        pods_running_at=T0 + 14.0, first_step_at=T0 + 16.0, reached_step=100,
+        restored_step=restored, restores={0: start, 1: start},
+    )  # fmt: skip
+
+
+def a_run(tmp_path: Path) -> RunResult:
+    logs = StepLogs(tmp_path, "ns", claim="pfs/chaos")
+    write_attempt(logs, 0, range(1, 101), None, at=T0 + 0.1)
+    write_attempt(logs, 1, range(51, 201), 50, source="pfs", at=T0 + 16.0)
+    return RunResult("chaos", T0, {"phase": "Succeeded"}, logs)
+
+
+def test_a_kill_owns_the_restart_an_operator_kill_during_it_and_a_read_only_pfs_do_not(
+    tmp_path: Path,
+) -> None:
+    plan = explicit_schedule([("pfs-readonly", 5), ("kill", 10), ("operator-kill", "recovering")])
+    applied = [
+        Applied(plan[0], Injected("pfs-readonly", T0 + 5.0, "pfs claim ns/pfs", "", T0 + 65.0),
+                phase="Running"),
+        Applied(plan[1], Injected("kill", T0 + 10.0, "rank 1", ""), phase="Running"),
+        Applied(plan[2], Injected("operator-kill", T0 + 10.8, "operator pid 1", ""),
+                phase="Stopping"),
+    ]  # fmt: skip
+    results = measure_faults(applied, a_run(tmp_path), [restart(50)], pace=0.1)
+    pfs, kill, operator = results
+    assert (kill.action, kill.matched, kill.steps_lost) == ("RestartFromLatest", True, 50)
+    assert kill.detect_s is not None
+    assert round(kill.detect_s, 2) == 0.5
+    assert (kill.stop_s, kill.relaunch_s, kill.start_s, kill.first_step_s) == (1.0, 2.5, 2.0, 6.0)
+    assert kill.lost_s is not None
+    assert round(kill.lost_s, 2) == 5.0
+    assert (operator.action, operator.matched) == ("", True)
+    assert "mid-recovery (Stopping)" in operator.note
+    assert (pfs.action, pfs.matched, pfs.note) == ("", True, "ridden through, no restart")
+    assert pfs.pause_s is not None
+
+
+def test_a_restart_with_no_crash_before_it_is_a_mismatch_of_the_quiet_fault(tmp_path: Path) -> None:
+    plan = explicit_schedule([("apiserver-restart", 5)])
+    applied = [Applied(plan[0], Injected("apiserver-restart", T0 + 5.0, "kube-apiserver", ""),
+                       phase="Running")]  # fmt: skip
+    (result,) = measure_faults(applied, a_run(tmp_path), [restart(50)], pace=0.1)
+    assert (result.expected, result.action, result.matched) == ("", "RestartFromLatest", False)
+
+
+def test_a_restart_that_restores_the_torn_copy_is_a_mismatch(tmp_path: Path) -> None:
+    plan = explicit_schedule([("corrupt-checkpoint", 9), ("kill", "next")])
+    torn = "/x/nodes/node-b/host/nvme/chaos/node-1/step-0000000050/attempt-0/__0_0.distcp"
+    applied = [
+        Applied(plan[0], Injected("corrupt-checkpoint", T0 + 9.0, torn,
+                                  "local copy of step 50 (attempt 0): 16 bytes flipped"),
+                phase="Running"),
+        Applied(plan[1], Injected("kill", T0 + 9.5, "rank 0", ""), phase="Running"),
+    ]  # fmt: skip
+    run = a_run(tmp_path)
+    healthy, _ = measure_faults(applied, run, [restart(50, "pfs")], pace=0.1)
+    assert healthy.matched, healthy.note
+    assert "did not use the torn local copy of step 50" in healthy.note
+    picked, _ = measure_faults(applied, run, [restart(50, "local")], pace=0.1)
+    assert not picked.matched
+    assert "restored the torn local copy of step 50" in picked.note
+
+
+def test_ettr_is_the_clean_time_over_the_chaos_time_and_the_final_loss_is_compared(
+    tmp_path: Path,
+) -> None:
+    chaos = a_run(tmp_path / "chaos")
+    clean_logs = StepLogs(tmp_path / "clean", "ns", claim="pfs/clean")
+    write_attempt(clean_logs, 0, range(1, 201), None, at=T0 + 0.1)
+    clean = RunResult("clean", T0, {"phase": "Succeeded"}, clean_logs)
+    summary = summarize(clean, chaos, 200, ["Running", "Stopping", "Running", "Succeeded"])
+    assert round(summary.clean_seconds, 2) == 20.0
+    assert round(summary.chaos_seconds, 2) == 30.9
+    assert round(summary.ettr, 3) == round(20.0 / 30.9, 3)
+    assert summary.final_ratio == 1.0, "the same losses at the same steps"
+    assert summary.human_actions == 0
+    failed = RunResult("chaos", T0, {"phase": "Failed"}, chaos.logs)
+    assert summarize(clean, failed, 200, ["Running", "Suspended"]).human_actions == 2
