@@ -148,11 +148,31 @@ class _Metrics:
             ["outcome"],
             registry=registry,
         )
-        for anomaly in AnomalyClass:
-            self.anomaly_class.labels(anomaly.value).set(0)
+        # The labelled series the training thread sets on every step, looked up once:
+        # ``labels()`` validates and locks on each call, several microseconds a series.
+        self.anomaly_classes = {a: self.anomaly_class.labels(a.value) for a in AnomalyClass}
+        self._signal_series: dict[str, tuple[Gauge, Gauge]] = {}
+        self._custom_series: dict[str, Gauge] = {}
+        for child in self.anomaly_classes.values():
+            child.set(0)
         for signal in (Signal.LOSS_SPIKE, Signal.GRAD_NORM_SPIKE, Signal.NON_FINITE):
-            self.signal_consecutive.labels(signal.value).set(0)
-            self.signal_sustained.labels(signal.value).set(0)
+            consecutive, sustained = self.signal_series(signal.value)
+            consecutive.set(0)
+            sustained.set(0)
+
+    def signal_series(self, signal: str) -> tuple[Gauge, Gauge]:
+        """(consecutive steps, sustained) of one signal."""
+        series = self._signal_series.get(signal)
+        if series is None:
+            series = (self.signal_consecutive.labels(signal), self.signal_sustained.labels(signal))
+            self._signal_series[signal] = series
+        return series
+
+    def custom_series(self, name: str) -> Gauge:
+        series = self._custom_series.get(name)
+        if series is None:
+            series = self._custom_series[name] = self.custom.labels(name)
+        return series
 
 
 @dataclasses.dataclass(frozen=True)
@@ -197,6 +217,8 @@ class AgentExporter:
         )
         self.registry = CollectorRegistry(auto_describe=True)
         self._metrics = _Metrics(self.registry)
+        self._anomaly_shown: AnomalyClass | None = None
+        """The class the anomaly-class series show (all 0: None)."""
         self._parts = _StatusParts(applied_generation=source.applied_generation)
         self._parts_lock = threading.Lock()
         self._signals_shown: set[str] = set()
@@ -257,10 +279,12 @@ class AgentExporter:
         m.spike_active.set(1 if snapshot.spike_active else 0)
         m.spike_consecutive.set(snapshot.consecutive_spike_steps)
         self._publish_signals(snapshot.findings)
-        for anomaly in AnomalyClass:
-            m.anomaly_class.labels(anomaly.value).set(1 if snapshot.anomaly_class is anomaly else 0)
+        if snapshot.anomaly_class is not self._anomaly_shown:
+            for anomaly, series in m.anomaly_classes.items():
+                series.set(1 if snapshot.anomaly_class is anomaly else 0)
+            self._anomaly_shown = snapshot.anomaly_class
         for name, value in snapshot.custom.items():
-            m.custom.labels(name).set(value)
+            m.custom_series(name).set(value)
         m.generation.set(applied_generation)
         if snapshot.non_finite_total > self._non_finite_seen:
             m.non_finite.inc(snapshot.non_finite_total - self._non_finite_seen)
@@ -308,8 +332,9 @@ class AgentExporter:
             finding = firing.get(signal)
             consecutive = 0 if finding is None else finding.consecutive
             sustained = finding is not None and finding.sustained
-            self._metrics.signal_consecutive.labels(signal).set(consecutive)
-            self._metrics.signal_sustained.labels(signal).set(1 if sustained else 0)
+            consecutive_series, sustained_series = self._metrics.signal_series(signal)
+            consecutive_series.set(consecutive)
+            sustained_series.set(1 if sustained else 0)
 
     # --- what the HTTP side reads ----------------------------------------------------
 

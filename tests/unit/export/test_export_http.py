@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import http.client
 import json
 import math
@@ -131,6 +132,21 @@ def test_metrics_are_scraped_and_parsed_back_with_the_monitor_values(
     assert _value(families, "stabletrain_trips") == 0
     assert sample_value(families, "stabletrain_custom_signal", name="never_reported") is None
     assert sample_value(families, "stabletrain_no_such_metric") is None
+
+
+def test_the_anomaly_class_series_fall_back_to_zero_when_the_anomaly_ends(
+    exporter: AgentExporter, source: DirectiveSource
+) -> None:
+    """The class series are only rewritten when the class changes; an end is a change."""
+    snapshot = _feed(exporter, source).snapshot()
+    assert snapshot.anomaly_class is not None
+    quiet = dataclasses.replace(snapshot, anomaly_class=None)
+    exporter.update(quiet, lr_scale=0.5, applied_generation=source.applied_generation)
+    families = fetch_metrics(exporter.url)
+    assert _value(families, "stabletrain_anomaly_class", **{"class": "BadBatch"}) == 0
+    exporter.update(snapshot, lr_scale=0.5, applied_generation=source.applied_generation)
+    families = fetch_metrics(exporter.url)
+    assert _value(families, "stabletrain_anomaly_class", **{"class": "BadBatch"}) == 1
 
 
 def test_two_exporters_in_one_process_keep_separate_registries(source: DirectiveSource) -> None:
