@@ -1,0 +1,322 @@
+"""What one operator costs the API server and itself per job, and how fast it sees a trip.
+
+The real control plane (etcd, kube-apiserver, kube-controller-manager), the CRD, and the
+operator as its own process, exactly as the integration tests run it. No training runs:
+a simulated kubelet in this process binds the jobs' pods to a few simulated Nodes, gives
+each an address on loopback and marks it Running, and one asyncio server per pod answers
+its agent status endpoint with a healthy, advancing AgentStatus (tests/support/scalesim.py).
+
+For each size (jobs of 4 pods), after every job reached Running and a settle time:
+
+- API requests per job per minute at steady state, from kube-apiserver's own
+  ``apiserver_request_total`` diffed over the window; the simulated kubelet's own requests
+  (Node leases and status, pod bindings and status) are left out, and the rest is listed by
+  verb and resource so it shows where the requests go;
+- the operator's CPU (utime+stime from /proc over the window, in % of one core) and RSS;
+- trip-to-Stopping latency: one pod of each of ``--trips`` jobs ends as a tripped agent's
+  does (Failed, the TripReport as its termination message), one every ``--trip-gap``
+  seconds; the time from that status write to the job's status.phase leaving Running, as
+  seen by a watch on the jobs, p50 and p99.
+
+    PYTHONPATH=tests .venv/bin/python bench/operator_scale.py [--jobs 100 300] [--window 60]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import math
+import os
+import re
+import ssl
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, config, watch
+
+from stabletrain_operator.api.constants import GROUP, PLURAL, VERSION
+from support.controlplane import ControlPlane, running_control_plane
+from support.operator import create_claim, install_crd, job_manifest
+from support.processes import ManagedProcess, free_port
+from support.scalesim import ScaleSimulator
+
+PODS_PER_JOB = 4
+KUBELET_REQUESTS = {
+    ("leases", ""),
+    ("nodes", "status"),
+    ("pods", "binding"),
+    ("pods", "status"),
+}
+"""(resource, subresource) only the simulated kubelet and nodes write at steady state."""
+SAMPLE = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$")
+LABEL = re.compile(r'(\w+)="([^"]*)"')
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def request_counts(plane: ControlPlane) -> collections.Counter[tuple[str, str, str]]:
+    """apiserver_request_total summed by (verb, resource, subresource)."""
+    context = ssl.create_default_context(cafile=str(plane.ca.cert_path))
+    context.load_cert_chain(str(plane.admin.cert), str(plane.admin.key))
+    with urllib.request.urlopen(plane.server + "/metrics", context=context, timeout=30) as reply:
+        text = reply.read().decode()
+    counts: collections.Counter[tuple[str, str, str]] = collections.Counter()
+    for line in text.splitlines():
+        found = SAMPLE.match(line)
+        if found is None:
+            continue
+        labels = dict(LABEL.findall(found.group("labels")))
+        key = (labels.get("verb", ""), labels.get("resource", ""), labels.get("subresource", ""))
+        counts[key] += int(float(found.group("value")))
+    return counts
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return math.nan
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, math.ceil(fraction * len(ordered)) - 1)]
+
+
+class PhaseWatch:
+    """Every job's phase, as a watch on the namespace's jobs delivers it, with arrival times."""
+
+    def __init__(self, api_client: client.ApiClient, namespace: str) -> None:
+        self.api_client = api_client
+        self.namespace = namespace
+        self.phases: dict[str, str] = {}
+        self.changed_at: dict[tuple[str, str], float] = {}
+        self._stop = threading.Event()
+        self._handle: watch.Watch | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> PhaseWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        if self._handle is not None:
+            self._handle.stop()
+        self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        custom: Any = client.CustomObjectsApi(self.api_client)
+        while not self._stop.is_set():
+            self._handle = watch.Watch()
+            with contextlib.suppress(Exception):
+                for event in self._handle.stream(
+                    custom.list_namespaced_custom_object, GROUP, VERSION, self.namespace, PLURAL,
+                    timeout_seconds=60,
+                ):  # fmt: skip
+                    job = event["object"]
+                    name = job["metadata"]["name"]
+                    phase = (job.get("status") or {}).get("phase") or "Pending"
+                    if self.phases.get(name) != phase:
+                        self.phases[name] = phase
+                        self.changed_at.setdefault((name, phase), time.monotonic())
+
+    def count(self, phase: str) -> int:
+        return sum(1 for p in list(self.phases.values()) if p == phase)
+
+    def left_running_at(self, name: str) -> float | None:
+        times = [t for (n, p), t in list(self.changed_at.items()) if n == name and p != "Running"]
+        running = self.changed_at.get((name, "Running"))
+        later = [t for t in times if running is not None and t > running]
+        return min(later) if later else None
+
+
+@contextlib.contextmanager
+def operator_process(
+    plane: ControlPlane, namespace: str, workdir: Path, agent_port: int
+) -> Iterator[ManagedProcess]:
+    argv = [
+        sys.executable, "-m", "stabletrain_operator", "--namespace", namespace,
+        "--metrics-port", str(free_port()), "--agent-port", str(agent_port),
+        "--liveness", f"http://127.0.0.1:{free_port()}/healthz",
+    ]  # fmt: skip
+    process = ManagedProcess("operator", argv, workdir / "operator.log", env=plane.env())
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+def wait_for(what: str, check: Any, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(1.0)
+    raise SystemExit(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def measure(args: argparse.Namespace, jobs: int) -> dict[str, Any]:
+    """One size on a fresh control plane; the row of the table."""
+    with tempfile.TemporaryDirectory(prefix="operator-scale-") as scratch, running_control_plane(
+    ) as plane:  # fmt: skip
+        workdir = Path(scratch)
+        install_crd(plane)
+        api: Any = config.new_client_from_config(config_file=str(plane.kubeconfig))
+        core: Any = client.CoreV1Api(api)
+        custom: Any = client.CustomObjectsApi(api)
+        namespace = f"scale-{uuid.uuid4().hex[:6]}"
+        core.create_namespace({"metadata": {"name": namespace}})
+        create_claim(core, namespace)
+        simulator = ScaleSimulator(api, namespace)
+        simulator.start()
+        agent_port = free_port()
+        try:
+            with operator_process(plane, namespace, workdir, agent_port) as operator, PhaseWatch(
+                api, namespace
+            ) as phases:  # fmt: skip
+                names = [f"job-{i:04d}" for i in range(jobs)]
+                began = time.monotonic()
+                for name in names:
+                    custom.create_namespaced_custom_object(
+                        GROUP,
+                        VERSION,
+                        namespace,
+                        PLURAL,
+                        job_manifest(name, {}, nodes=PODS_PER_JOB),
+                    )
+                wait_for(
+                    f"{jobs} jobs Running", lambda: phases.count("Running") == jobs,
+                    args.start_timeout,
+                )  # fmt: skip
+                started_in = time.monotonic() - began
+                time.sleep(args.settle)
+                if not operator.alive():
+                    raise SystemExit(f"operator exited:\n{operator.log_tail()}")
+                before, cpu_before, t0 = request_counts(plane), cpu_seconds(operator.pid), (
+                    time.monotonic()
+                )  # fmt: skip
+                time.sleep(args.window)
+                after, cpu_after, t1 = request_counts(plane), cpu_seconds(operator.pid), (
+                    time.monotonic()
+                )  # fmt: skip
+                rss = rss_mib(operator.pid)
+                minutes = (t1 - t0) / 60
+                diff = {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k)}
+                operator_side = {
+                    k: v for k, v in diff.items() if (k[1], k[2]) not in KUBELET_REQUESTS
+                }
+                trips = inject_trips(args, simulator, phases, names)
+                return {
+                    "jobs": jobs,
+                    "pods": jobs * PODS_PER_JOB,
+                    "started_in": started_in,
+                    "requests_per_job_minute": sum(operator_side.values()) / jobs / minutes,
+                    "requests_per_second": sum(operator_side.values()) / (t1 - t0),
+                    "kubelet_per_second": (sum(diff.values()) - sum(operator_side.values()))
+                    / (t1 - t0),
+                    "window": t1 - t0,
+                    "cpu_percent": 100 * (cpu_after - cpu_before) / (t1 - t0),
+                    "rss_mib": rss,
+                    "trips": trips,
+                    "breakdown": collections.Counter(operator_side).most_common(12),
+                    "answered": simulator.counts.answered,
+                    "errors": simulator.counts.errors[:5],
+                }
+        finally:  # the control plane goes with its jobs: no need to delete them one by one
+            simulator.stop()
+            api.close()
+
+
+def inject_trips(
+    args: argparse.Namespace, simulator: ScaleSimulator, phases: PhaseWatch, names: list[str]
+) -> list[float]:
+    """Trip one pod in each of `--trips` jobs spread over the list; seconds to Stopping."""
+    chosen = names[:: max(1, len(names) // args.trips)][: args.trips]
+    injected: dict[str, float] = {}
+    for name in chosen:
+        pod = f"{name}-a0-0"
+        if not any(p.name == pod for p in simulator.running_pods()):
+            pod = next(p.name for p in simulator.running_pods() if p.name.startswith(f"{name}-"))
+        simulator.trip(pod)
+        injected[name] = time.monotonic()
+        time.sleep(args.trip_gap)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and any(phases.left_running_at(n) is None for n in chosen):
+        time.sleep(0.2)
+    latencies = []
+    for name, at in injected.items():
+        left = phases.left_running_at(name)
+        latencies.append(math.inf if left is None else left - at)
+    return latencies
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    print()
+    print(
+        "| jobs | pods | all Running after | API req/job/min | API req/s | operator CPU "
+        "| operator RSS | trip->Stopping p50 | p99 | trips |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for row in rows:
+        trips = row["trips"]
+        p50 = statistics.median(trips) if trips else math.nan
+        p99 = percentile(trips, 0.99) if trips else math.nan
+        print(
+            f"| {row['jobs']} | {row['pods']} | {row['started_in']:.0f} s "
+            f"| {row['requests_per_job_minute']:.1f} | {row['requests_per_second']:.1f} "
+            f"| {row['cpu_percent']:.0f}% | {row['rss_mib']:.0f} MiB | {p50:.2f} s "
+            f"| {p99:.2f} s | {len(trips)} |"
+        )
+    for row in rows:
+        print(f"\n{row['jobs']} jobs: operator requests by verb/resource/subresource (per s):")
+        for (verb, resource, sub), count in row["breakdown"]:
+            what = resource + (f"/{sub}" if sub else "")
+            print(f"  {verb:7} {what:34} {count / row['window']:7.2f}")
+        print(
+            f"  (simulated kubelet and nodes, left out: {row['kubelet_per_second']:.2f}/s; "
+            f"agent answers served: {row['answered']}; simulator errors: {row['errors'] or 0})"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, nargs="+", default=[100, 300])
+    parser.add_argument("--with-1000", action="store_true", help="also 1000 jobs (4000 pods)")
+    parser.add_argument("--window", type=float, default=60.0, help="steady-state seconds")
+    parser.add_argument("--settle", type=float, default=20.0, help="seconds after all Running")
+    parser.add_argument("--trips", type=int, default=20)
+    parser.add_argument("--trip-gap", type=float, default=0.5, help="seconds between trips")
+    parser.add_argument("--start-timeout", type=float, default=300.0)
+    args = parser.parse_args()
+    sizes = [*args.jobs, *([1000] if args.with_1000 else [])]
+    if any(size < args.trips for size in sizes):
+        raise SystemExit("every size needs at least --trips jobs")
+    print(
+        f"operator at scale: jobs of {PODS_PER_JOB} pods, steady window {args.window:.0f} s "
+        f"after {args.settle:.0f} s settle; load average "
+        + " ".join(f"{v:.2f}" for v in os.getloadavg())
+    )
+    rows = []
+    for size in sizes:
+        rows.append(measure(args, size))
+        print(f"  {size} jobs measured; load average " + " ".join(
+            f"{v:.2f}" for v in os.getloadavg()))  # fmt: skip
+    print_table(rows)
+
+
+if __name__ == "__main__":
+    main()
