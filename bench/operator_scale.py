@@ -57,6 +57,8 @@ KUBELET_REQUESTS = {
     ("pods", "status"),
 }
 """(resource, subresource) only the simulated kubelet and nodes write at steady state."""
+CONTROLLER_REQUESTS = {("endpoints", ""), ("endpointslices", "")}
+"""What kube-controller-manager writes for the jobs' headless Services (not the operator)."""
 SAMPLE = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$")
 LABEL = re.compile(r'(\w+)="([^"]*)"')
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -216,9 +218,10 @@ def measure(args: argparse.Namespace, jobs: int) -> dict[str, Any]:
                 rss = rss_mib(operator.pid)
                 minutes = (t1 - t0) / 60
                 diff = {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k)}
-                operator_side = {
-                    k: v for k, v in diff.items() if (k[1], k[2]) not in KUBELET_REQUESTS
-                }
+                others = KUBELET_REQUESTS | CONTROLLER_REQUESTS
+                operator_side = {k: v for k, v in diff.items() if (k[1], k[2]) not in others}
+                controller = sum(v for k, v in diff.items() if (k[1], k[2]) in CONTROLLER_REQUESTS)
+                events = event_sources(core, namespace)
                 trips = inject_trips(args, simulator, phases, names)
                 return {
                     "jobs": jobs,
@@ -226,8 +229,12 @@ def measure(args: argparse.Namespace, jobs: int) -> dict[str, Any]:
                     "started_in": started_in,
                     "requests_per_job_minute": sum(operator_side.values()) / jobs / minutes,
                     "requests_per_second": sum(operator_side.values()) / (t1 - t0),
-                    "kubelet_per_second": (sum(diff.values()) - sum(operator_side.values()))
+                    "kubelet_per_second": (
+                        sum(diff.values()) - sum(operator_side.values()) - controller
+                    )
                     / (t1 - t0),
+                    "controller_per_second": controller / (t1 - t0),
+                    "events": events,
                     "window": t1 - t0,
                     "cpu_percent": 100 * (cpu_after - cpu_before) / (t1 - t0),
                     "rss_mib": rss,
@@ -287,9 +294,23 @@ def print_table(rows: list[dict[str, Any]]) -> None:
             what = resource + (f"/{sub}" if sub else "")
             print(f"  {verb:7} {what:34} {count / row['window']:7.2f}")
         print(
-            f"  (simulated kubelet and nodes, left out: {row['kubelet_per_second']:.2f}/s; "
+            f"  (left out: kube-controller-manager's endpoints and endpointslices "
+            f"{row['controller_per_second']:.2f}/s, the simulated kubelet and nodes "
+            f"{row['kubelet_per_second']:.2f}/s; "
             f"agent answers served: {row['answered']}; simulator errors: {row['errors'] or 0})"
         )
+        print("  Events in the namespace by source and reason (count incl. repeats):")
+        for (source, reason), count in row["events"]:
+            print(f"    {source:28} {reason:32} {count}")
+
+
+def event_sources(core: Any, namespace: str) -> list[tuple[tuple[str, str], int]]:
+    """Who posts the namespace's Events and why, summed over repeats, most first."""
+    counts: collections.Counter[tuple[str, str]] = collections.Counter()
+    for event in core.list_namespaced_event(namespace).items:
+        source = event.reporting_component or (event.source.component if event.source else "")
+        counts[(source or "?", event.reason or "?")] += event.count or 1
+    return counts.most_common(8)
 
 
 def main() -> None:
