@@ -21,6 +21,7 @@ no human action, ETTR >= 80% at one fault per 120 s, final loss within 3% of the
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 import tempfile
@@ -61,6 +62,16 @@ TAIL_S = 30.0
 
 def say(text: str) -> None:
     print(text, flush=True)
+
+
+def keep_node_warnings(path: Path) -> None:
+    """The local nodes' warnings (every heartbeat and pod sync while the API server is down
+    is one) go to a file, not between the report's lines."""
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    nodes = logging.getLogger("support.localnode")
+    nodes.addHandler(handler)
+    nodes.propagate = False
 
 
 def load_note() -> str:
@@ -170,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     stop_on_sigterm()
     args.out = args.out.resolve()
     args.out.mkdir(parents=True, exist_ok=True)
+    keep_node_warnings(args.out / "localnode.log")
     began = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="stabletrain-chaos-") as work:
         try:

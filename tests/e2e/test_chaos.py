@@ -1,0 +1,91 @@
+"""The short chaos run inside `make test`: three faults in one run of the tiny GPT, one of
+them while a recovery is in progress, on three local nodes with two used by the job.
+
+A killed rank (restart from the latest checkpoint), then a NaN burst (rollback) with the
+operator SIGKILLed during that rollback. What must hold, and only that (the timing targets
+are `make chaos`'s to report): every fault healed with the action its kind expects, the
+second of the pair struck mid-recovery, the job completes with no person involved, every
+checkpoint copy left verifies, loads and holds no NaN, and deleting the job leaves no pod,
+Service, Secret or ConfigMap of it behind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from kubernetes import client
+
+from support.chaos.checks import check_checkpoints, orphans_after_delete
+from support.chaos.inject import Injector
+from support.chaos.measure import incidents, measure_faults
+from support.chaos.report import applied_lines, fault_table
+from support.chaos.run import RECOVERY_PHASES, chaos_manifest, chaos_run, pfs_dir
+from support.chaos.schedule import explicit_schedule
+from support.controlplane import ControlPlane
+from support.localnode import LocalCluster
+from support.operator import Jobs, OperatorProcess
+
+STEPS = 250
+PACE_S = 0.16
+"""For the steps lost in seconds in the printed table only; nothing here is timed."""
+
+
+@pytest.fixture
+def local_cluster(
+    api_client: client.ApiClient, control_plane: ControlPlane
+) -> Iterator[LocalCluster]:
+    """Three nodes, the job uses two: a relaunch away from a suspect node has one to use."""
+    with LocalCluster(api_client, nodes=("node-a", "node-b", "node-c")) as cluster:
+        yield cluster
+    control_plane.check_alive()
+
+
+def test_three_faults_one_mid_rollback_all_heal_with_the_actions_their_kinds_expect(
+    *,
+    control_plane: ControlPlane,
+    operator: OperatorProcess,
+    jobs: Jobs,
+    job_namespace: str,
+    local_cluster: LocalCluster,
+    api_client: client.ApiClient,
+) -> None:
+    # Seconds after the first step: the kill past the first checkpoint (step 25). The NaN
+    # burst strikes in whichever attempt runs then (during the restart: at the relaunch's
+    # first step, with no checkpoint 100 steps before it, so the rollback starts afresh).
+    plan = explicit_schedule([("kill", 8), ("nan", 40), ("operator-kill", "recovering")])
+    manifest = chaos_manifest("chaos", STEPS, seed=11)
+    pfs = pfs_dir(local_cluster, job_namespace, "chaos")
+    injector = Injector(plane=control_plane, cluster=local_cluster, operator=operator,
+                        api_client=api_client, namespace=job_namespace, job="chaos",
+                        pfs_dir=pfs)  # fmt: skip
+    ran = chaos_run(injector, jobs, cluster=local_cluster, api_client=api_client,
+                    namespace=job_namespace, manifest=manifest, plan=plan, seed=11,
+                    timeout=420)  # fmt: skip
+    found = incidents(ran.recorder, ran.run.status, ran.run.logs, nodes=2)
+    results = measure_faults(ran.applied, ran.run, found, PACE_S)
+    print("\n" + "\n".join([*applied_lines(ran.applied, ran.run.first_step_at or 0.0),
+                            *fault_table(results)]))  # fmt: skip
+
+    status = ran.run.status
+    why = {k: status.get(k) for k in ("conditions", "lastFailure", "rollbackHistory")}
+    assert status.get("phase") == "Succeeded", why
+    assert [a.error for a in ran.applied] == ["", "", ""]
+    assert ran.applied[2].phase in RECOVERY_PHASES, "the operator died during the rollback"
+    assert [(r.kind, r.action, r.matched) for r in results] == [
+        ("kill", "RestartFromLatest", True),
+        ("nan", "Rollback", True),
+        ("operator-kill", "", True),
+    ], [r.note for r in results]
+    history = ran.run.status["rollbackHistory"]
+    assert [e["action"] for e in history] == ["RestartFromLatest", "Rollback"], history
+    assert len({e["attempt"] for e in history}) == 2, "the interrupted rollback ran once"
+    last = ran.run.logs.steps(ran.run.status["attempt"])
+    assert last[-1]["step"] == STEPS
+
+    host_path = manifest["spec"]["checkpoints"]["local"]["hostPath"]
+    checkpoints = check_checkpoints(local_cluster, host_path, pfs, torn=())
+    assert checkpoints.loaded, "no checkpoint copy was found to check"
+    assert not checkpoints.problems, checkpoints.problems
+    assert orphans_after_delete(api_client, job_namespace, "chaos") == []
+    print(f"checkpoint copies verified, loaded, finite: {len(checkpoints.loaded)}")
