@@ -222,8 +222,10 @@ def measure(args: argparse.Namespace, jobs: int) -> dict[str, Any]:
                 operator_side = {k: v for k, v in diff.items() if (k[1], k[2]) not in others}
                 controller = sum(v for k, v in diff.items() if (k[1], k[2]) in CONTROLLER_REQUESTS)
                 events = event_sources(core, namespace)
+                phase_counts = collections.Counter(phases.phases.values())
                 trips = inject_trips(args, simulator, phases, names)
                 return {
+                    "phases": dict(phase_counts),
                     "jobs": jobs,
                     "pods": jobs * PODS_PER_JOB,
                     "started_in": started_in,
@@ -252,15 +254,18 @@ def inject_trips(
     args: argparse.Namespace, simulator: ScaleSimulator, phases: PhaseWatch, names: list[str]
 ) -> list[float]:
     """Trip one pod in each of `--trips` jobs spread over the list; seconds to Stopping."""
-    chosen = names[:: max(1, len(names) // args.trips)][: args.trips]
+    spread = names[:: max(1, len(names) // args.trips)] + names
     injected: dict[str, float] = {}
-    for name in chosen:
-        pod = f"{name}-a0-0"
-        if not any(p.name == pod for p in simulator.running_pods()):
-            pod = next(p.name for p in simulator.running_pods() if p.name.startswith(f"{name}-"))
-        simulator.trip(pod)
+    for name in dict.fromkeys(spread):
+        if len(injected) == args.trips:
+            break
+        running = [p.name for p in simulator.running_pods() if p.name.startswith(f"{name}-a")]
+        if phases.phases.get(name) != "Running" or not running:
+            continue  # a job that is not running (or has no running pod) cannot trip
+        simulator.trip(sorted(running)[0])
         injected[name] = time.monotonic()
         time.sleep(args.trip_gap)
+    chosen = list(injected)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and any(phases.left_running_at(n) is None for n in chosen):
         time.sleep(0.2)
@@ -299,6 +304,7 @@ def print_table(rows: list[dict[str, Any]]) -> None:
             f"{row['kubelet_per_second']:.2f}/s; "
             f"agent answers served: {row['answered']}; simulator errors: {row['errors'] or 0})"
         )
+        print(f"  job phases at the end of the window: {row['phases']}")
         print("  Events in the namespace by source and reason (count incl. repeats):")
         for (source, reason), count in row["events"]:
             print(f"    {source:28} {reason:32} {count}")
@@ -336,7 +342,9 @@ def main() -> None:
         rows.append(measure(args, size))
         print(f"  {size} jobs measured; load average " + " ".join(
             f"{v:.2f}" for v in os.getloadavg()))  # fmt: skip
-    print_table(rows)
+        print_table(rows[-1:])  # each size as soon as it is measured
+    if len(rows) > 1:
+        print_table(rows)
 
 
 if __name__ == "__main__":
