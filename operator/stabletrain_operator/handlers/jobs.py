@@ -57,6 +57,7 @@ async def run_job(
                 memory,
                 remediation=memo.get("remediation"),
                 progress_seconds=memo.get("progress_write_seconds", DEFAULT_PROGRESS_WRITE_SECONDS),
+                scraper=memo.get("scraper"),
             )
         except StaleStatusError:
             metrics.RECONCILE_ERRORS.labels("Conflict").inc()

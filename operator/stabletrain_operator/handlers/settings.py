@@ -6,6 +6,8 @@
 - Watch timeouts so a silently dead watch connection is replaced within a minute.
 - Our own Events only (kopf's handler-log Events off): every Event is a decision, posted
   after the status write that records it.
+- One HTTP session and concurrency cap for every job's agent scrapes (observe/scrape.py),
+  made in the operator's event loop and closed when the operator stops.
 - Daemons make kopf put a finalizer on every job (it must stop the daemon before the object
   goes); it is removed as soon as the job is deleted while the operator runs, so tests
   delete their jobs before they stop the operator (see docs/operator.md).
@@ -19,6 +21,7 @@ import kopf
 
 from stabletrain_operator.api.constants import GROUP
 from stabletrain_operator.kube import Kube, load_api_client
+from stabletrain_operator.observe.scrape import Scraper
 
 
 @kopf.on.startup()
@@ -36,3 +39,16 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     settings.networking.request_timeout = 30
     settings.peering.mandatory = False
     memo["kube"] = Kube(load_api_client())
+
+
+@kopf.on.startup()
+async def open_scraper(memo: kopf.Memo, **_: Any) -> None:
+    """Async, so the session and its semaphore belong to the operator's event loop."""
+    memo["scraper"] = Scraper()
+
+
+@kopf.on.cleanup()
+async def close_scraper(memo: kopf.Memo, **_: Any) -> None:
+    scraper: Scraper | None = memo.get("scraper")
+    if scraper is not None:
+        await scraper.close()

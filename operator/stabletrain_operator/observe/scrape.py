@@ -95,13 +95,47 @@ def _failed(target: ScrapeTarget, error: ScrapeError, detail: str) -> ScrapeResu
     return ScrapeResult(target.pod, None, error, detail)
 
 
+MAX_CONCURRENT_SCRAPES = 256
+"""Requests in flight across all jobs of one operator: a 256-node job's round waits for free
+slots instead of opening 256 more sockets next to every other job's."""
+
+
+class Scraper:
+    """One HTTP session and one concurrency cap shared by every job's scrapes.
+
+    Created inside the operator's event loop (kopf's startup handler) and closed at its
+    cleanup; a session per round would open and tear down a connection pool per job per round.
+    """
+
+    def __init__(self, limit: int = MAX_CONCURRENT_SCRAPES) -> None:
+        self._slots = asyncio.Semaphore(limit)
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=limit, force_close=True)
+        )
+
+    async def scrape_all(
+        self, targets: Sequence[ScrapeTarget], timeout: float = DEFAULT_TIMEOUT_SECONDS
+    ) -> list[ScrapeResult]:
+        """Every target as soon as a slot is free; each one's deadline starts when its own
+        request does."""
+        return list(await asyncio.gather(*(self._scrape(t, timeout) for t in targets)))
+
+    async def _scrape(self, target: ScrapeTarget, timeout: float) -> ScrapeResult:
+        async with self._slots:
+            return await scrape_one(self._session, target, timeout)
+
+    async def close(self) -> None:
+        await self._session.close()
+
+
 async def scrape_all(
     targets: Sequence[ScrapeTarget], timeout: float = DEFAULT_TIMEOUT_SECONDS
 ) -> list[ScrapeResult]:
-    """Every target at once; the whole call takes at most about `timeout`."""
+    """Every target at once through a session of its own (callers without a Scraper)."""
     if not targets:
         return []
-    connector = aiohttp.TCPConnector(limit=64, force_close=True)
-    client_timeout = aiohttp.ClientTimeout(total=timeout + 1)
-    async with aiohttp.ClientSession(connector=connector, timeout=client_timeout) as session:
-        return list(await asyncio.gather(*(scrape_one(session, t, timeout) for t in targets)))
+    scraper = Scraper()
+    try:
+        return await scraper.scrape_all(targets, timeout)
+    finally:
+        await scraper.close()

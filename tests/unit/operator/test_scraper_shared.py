@@ -1,0 +1,68 @@
+"""The operator's one scrape session: its cap holds however many pods a round has, and the
+same session serves round after round."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from stabletrain_operator.observe.scrape import Scraper, ScrapeTarget
+
+ANSWER = json.dumps({
+    "attempt": 0, "node": "node-a", "nodeRank": 0, "lrScale": 1.0, "appliedGeneration": 1,
+    "updatedAt": datetime(2026, 1, 1, tzinfo=UTC).isoformat(),
+}).encode()  # fmt: skip
+
+
+class _Counting(BaseHTTPRequestHandler):
+    lock = threading.Lock()
+    in_flight = 0
+    most = 0
+
+    def do_GET(self) -> None:
+        with self.lock:
+            _Counting.in_flight += 1
+            _Counting.most = max(_Counting.most, _Counting.in_flight)
+        time.sleep(0.1)
+        with self.lock:
+            _Counting.in_flight -= 1
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(ANSWER)))
+        self.end_headers()
+        self.wfile.write(ANSWER)
+
+    def log_message(self, format: str, *args: object) -> None:
+        return
+
+
+@pytest.fixture
+def agent() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Counting)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_the_cap_bounds_requests_in_flight_across_rounds(agent: str) -> None:
+    async def two_rounds() -> list[int]:
+        scraper = Scraper(limit=3)
+        try:
+            targets = [ScrapeTarget(f"pod-{i}", agent, 0) for i in range(12)]
+            rounds = await asyncio.gather(scraper.scrape_all(targets), scraper.scrape_all(targets))
+        finally:
+            await scraper.close()
+        return [sum(r.status is not None for r in results) for results in rounds]
+
+    assert asyncio.run(two_rounds()) == [12, 12]
+    assert _Counting.most == 3, f"{_Counting.most} requests in flight at once, the cap is 3"
