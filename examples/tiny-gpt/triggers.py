@@ -128,6 +128,7 @@ class TriggerBox:
         self._pending: dict[str, Trigger] = {}
         self._fired: dict[str, Fired] = {}
         self._invalid: set[str] = set()
+        self._unclaimed_warning = ""
 
     @property
     def fired(self) -> dict[str, Fired]:
@@ -158,7 +159,10 @@ class TriggerBox:
             try:
                 claimed = _claim(self.directory, fired)
             except OSError as error:
-                self._warn(f"tiny-gpt: trigger {trigger.trigger_id} not claimed yet: {error}")
+                warning = f"tiny-gpt: trigger {trigger.trigger_id} not claimed yet: {error}"
+                if warning != self._unclaimed_warning:  # once per outage, not every step
+                    self._warn(warning)
+                self._unclaimed_warning = warning
                 self._rescan = True
                 continue
             del self._pending[trigger.trigger_id]
