@@ -401,7 +401,11 @@ def _observations(
             incident = Incident(
                 suspects=suspects,
                 failure=failure_record(
-                    status.attempt, broken, suspects, progressed=status.attempt_progressed
+                    status.attempt,
+                    broken,
+                    suspects,
+                    progressed=status.attempt_progressed,
+                    step=status.step,
                 ),
                 every_rank_failed=len(broken) >= world.spec.workers.nodes
                 and all(p.state is PodState.FAILED for p in broken),

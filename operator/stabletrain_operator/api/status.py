@@ -81,6 +81,9 @@ class FailureRecord(ApiModel):
     """Nodes of the failed pods."""
     before_first_step: bool = False
     """No rank of the attempt completed a step."""
+    step: int | None = Field(default=None, ge=0)
+    """The newest step the job had reported when the attempt failed: an attempt that got
+    further than the one before it is not stuck on the same error, whatever the error."""
 
 
 class Condition(ApiModel):

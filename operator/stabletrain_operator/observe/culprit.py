@@ -110,7 +110,12 @@ def failure_signature(pod: PodFacts) -> str:
 
 
 def failure_record(
-    attempt: int, failed: Sequence[PodFacts], suspects: Sequence[Suspect], *, progressed: bool
+    attempt: int,
+    failed: Sequence[PodFacts],
+    suspects: Sequence[Suspect],
+    *,
+    progressed: bool,
+    step: int | None = None,
 ) -> FailureRecord:
     """How this attempt ended, from its culprit's own words."""
     culprit_ranks = {s.rank for s in suspects}
@@ -121,6 +126,7 @@ def failure_record(
         message=lead.message[-2048:],
         nodes=tuple(sorted({p.node for p in failed if p.node}))[:64],
         before_first_step=not progressed,
+        step=step,
     )
 
 

@@ -3,8 +3,10 @@
 Seen in practice: pods that fail at import were relaunched again and again, each Event
 saying only that workers failed. An attempt is a crash loop when every one of its ranks
 failed before any completed a step, or when its failure ends with the same error as the
-attempt before it. The policy (recovery.crashLoop) then fails the job or backs off hard,
-and the message carries the failure's own words and whose fault it looks like.
+attempt before it without getting further (two SIGKILLs hours of training apart are two
+incidents, not a loop: the restart budget bounds those). The policy (recovery.crashLoop)
+then fails the job or backs off hard, and the message carries the failure's own words and
+whose fault it looks like.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ def crash_loop(
         previous is not None
         and previous.attempt == current.attempt - 1
         and previous.signature == current.signature
+        and not _got_further(current, previous)
     )
     at_start = every_rank_failed and current.before_first_step
     if not (repeated or at_start):
@@ -59,6 +62,13 @@ def crash_loop(
         f"crash loop: {why} ({current.signature}); looks like {side}; {then}. Last words: {words}"
     )
     return CrashLoop(spec.action, message, None if fail else spec.backoff_seconds)
+
+
+def _got_further(current: FailureRecord, previous: FailureRecord) -> bool:
+    """The later attempt reached a step beyond the one the earlier failed at."""
+    if current.step is None or previous.step is None:
+        return False
+    return current.step > previous.step
 
 
 def _words(failure: FailureRecord) -> str:

@@ -125,9 +125,13 @@ def test_the_failure_signature_is_the_error_line_of_the_pods_own_words() -> None
     )
 
 
-def _record(attempt: int, nodes: tuple[str, ...], *, progressed: bool = False) -> FailureRecord:
+def _record(
+    attempt: int, nodes: tuple[str, ...], *, progressed: bool = False, step: int | None = None
+) -> FailureRecord:
     failed = [pod(i, node=n, message=IMPORT_ERROR, attempt=attempt) for i, n in enumerate(nodes)]
-    return failure_record(attempt, failed, failure_suspects(failed), progressed=progressed)
+    return failure_record(
+        attempt, failed, failure_suspects(failed), progressed=progressed, step=step
+    )
 
 
 def test_every_rank_failing_before_its_first_step_is_a_crash_loop_of_the_job() -> None:
@@ -160,6 +164,19 @@ def test_the_same_error_two_attempts_in_a_row_on_other_nodes_is_the_jobs_fault()
         crash_loop(spec, _record(2, ("c",), progressed=True), older, every_rank_failed=False)
         is None
     )
+
+
+def test_the_same_error_after_getting_further_is_a_new_incident_not_a_loop() -> None:
+    """Seen in a chaos run's plan: two SIGKILLs of a rank in a row, each after progress, would
+    have failed the job as a crash loop under the default policy."""
+    spec = CrashLoopSpec()
+    previous = _record(0, ("a", "b"), progressed=True, step=3000)
+    assert crash_loop(spec, _record(1, ("a", "c"), progressed=True, step=6000), previous,
+                      every_rank_failed=False) is None  # fmt: skip
+    again = crash_loop(spec, _record(1, ("a", "c"), progressed=True, step=3000), previous,
+                       every_rank_failed=False)  # fmt: skip
+    assert again is not None, "the same error at the same step again is a loop"
+    assert "the same error ended attempts 0 and 1" in again.message
 
 
 def test_failures_that_follow_one_node_look_like_the_nodes_fault() -> None:
