@@ -9,7 +9,6 @@ recovery. It never touches the job: whatever heals the run is the operator's doi
 
 from __future__ import annotations
 
-import contextlib
 import random
 import time
 from collections.abc import Mapping
@@ -72,6 +71,8 @@ class RunResult:
     created_at: float
     status: Json
     logs: StepLogs
+    gave_up_at: float | None = None
+    """When the harness stopped waiting for a job that never finished."""
 
     @property
     def last_step(self) -> Json | None:
@@ -94,7 +95,10 @@ class RunResult:
 
     @property
     def seconds(self) -> float | None:
-        """Job created -> its last step logged: what the steps cost, start-up included."""
+        """Job created -> its last step logged: what the steps cost, start-up included; for
+        a job that never finished, job created -> the harness gave up (the wall time spent)."""
+        if self.gave_up_at is not None:
+            return self.gave_up_at - self.created_at
         last = self.last_step
         return None if last is None else float(last["time"]) - self.created_at
 
@@ -264,7 +268,11 @@ def chaos_run(
         logs = step_logs(cluster, namespace, name)
         applied = driver.run(plan, logs, timeout)
         status: Json = {}
-        with contextlib.suppress(TimeoutError):
+        gave_up_at = None
+        try:
             status = wait_finished(jobs, name, 60)
+        except TimeoutError:
+            gave_up_at = time.time()
+            status = read_status(jobs, name) or {}
         recorder.stop()
-    return ChaosRun(RunResult(name, created_at, status, logs), applied, recorder)
+    return ChaosRun(RunResult(name, created_at, status, logs, gave_up_at), applied, recorder)

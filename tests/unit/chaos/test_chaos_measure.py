@@ -119,3 +119,16 @@ def test_ettr_is_the_clean_time_over_the_chaos_time_and_the_final_loss_is_compar
     assert summary.human_actions == 0
     failed = RunResult("chaos", T0, {"phase": "Failed"}, chaos.logs)
     assert summarize(clean, failed, 200, ["Running", "Suspended"]).human_actions == 2
+
+
+def test_a_chaos_run_that_never_finished_counts_the_wall_time_it_took(tmp_path: Path) -> None:
+    clean_logs = StepLogs(tmp_path / "clean", "ns", claim="pfs/clean")
+    write_attempt(clean_logs, 0, range(1, 201), None, at=T0 + 0.1)
+    clean = RunResult("clean", T0, {"phase": "Succeeded"}, clean_logs)
+    stuck = a_run(tmp_path / "chaos")
+    stuck.status = {"phase": "Confirming"}
+    stuck.gave_up_at = T0 + 400.0
+    summary = summarize(clean, stuck, 200, ["Running", "Confirming"])
+    assert summary.chaos_seconds == 400.0
+    assert round(summary.ettr, 3) == 0.05
+    assert summary.human_actions == 1, "a job that never finishes waits for a person"
