@@ -123,9 +123,10 @@ def run(args: argparse.Namespace, work: Path) -> int:
                             api_client=staged.api_client, namespace=NAMESPACE, job="chaos",
                             pfs_dir=pfs_dir(cluster, NAMESPACE, "chaos"))  # fmt: skip
         say("chaos run ...")
+        give_up = args.give_up * 60 or clean.seconds * 3 + 300
         chaos = chaos_run(injector, jobs, cluster=cluster, api_client=staged.api_client,
                           namespace=NAMESPACE, manifest=manifest, plan=plan, seed=args.seed,
-                          timeout=clean.seconds * 3 + 300, say=say)  # fmt: skip
+                          timeout=give_up, say=say)  # fmt: skip
         found = incidents(chaos.recorder, chaos.run.status, chaos.run.logs, nodes=2)
         summary = summarize(clean, chaos.run, steps, [p for _, p, _ in chaos.recorder.phases()])
         results = measure_faults(chaos.applied, chaos.run, found, summary.pace)
@@ -175,9 +176,18 @@ def main(argv: list[str] | None = None) -> int:
         "--interval", type=float, default=120.0, help="mean seconds between fault groups"
     )
     parser.add_argument("--out", type=Path, default=REPO / "out" / "chaos")
+    parser.add_argument(
+        "--give-up",
+        type=float,
+        default=0.0,
+        help="minutes after its creation to stop waiting for a chaos job that "
+        "does not finish, and report (default: 3 x the clean run + 5)",
+    )
     args = parser.parse_args(argv)  # fmt: skip
-    if args.minutes <= 0 or args.interval <= 0 or args.steps < 0:
-        parser.error("--minutes and --interval must be positive, --steps not negative")
+    if args.minutes <= 0 or args.interval <= 0 or args.steps < 0 or args.give_up < 0:
+        parser.error(
+            "--minutes and --interval must be positive, --steps and --give-up not negative"
+        )
     stop_on_sigterm()
     args.out = args.out.resolve()
     args.out.mkdir(parents=True, exist_ok=True)
