@@ -125,6 +125,7 @@ def _injector(
     )  # fmt: skip
 
 
+@pytest.mark.chaos
 def test_spike_corruption_pfs_outage_operator_kill_nan_and_kill_take_effect(
     *,
     control_plane: ControlPlane,
