@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -80,10 +81,17 @@ def chart_operator(
         yield operator
 
 
-def process_environment(pid: int) -> dict[str, str]:
-    raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-    pairs = [item.decode(errors="replace").split("=", 1) for item in raw if b"=" in item]
-    return dict(pairs)
+def process_environment(pid: int, timeout: float = 10.0) -> dict[str, str]:
+    """The environment of `pid` once it runs the operator: read while the process is still
+    exec'ing (setpriv, then python), /proc/<pid>/environ can come back empty."""
+    deadline = time.monotonic() + timeout
+    while True:
+        running = b"stabletrain_operator" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        pairs = [item.decode(errors="replace").split("=", 1) for item in raw if b"=" in item]
+        if (running and pairs) or time.monotonic() > deadline:
+            return dict(pairs)
+        time.sleep(0.05)
 
 
 def test_operator_with_the_chart_service_account_rolls_a_job_back(
