@@ -28,14 +28,11 @@ import collections
 import contextlib
 import math
 import os
-import re
-import ssl
 import statistics
 import sys
 import tempfile
 import threading
 import time
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -44,7 +41,7 @@ from typing import Any
 from kubernetes import client, config, watch
 
 from stabletrain_operator.api.constants import GROUP, PLURAL, VERSION
-from support.controlplane import ControlPlane, running_control_plane
+from support.controlplane import ControlPlane, request_counts, running_control_plane
 from support.operator import create_claim, install_crd, job_manifest
 from support.processes import ManagedProcess, free_port
 from support.scalesim import ScaleSimulator
@@ -59,26 +56,7 @@ KUBELET_REQUESTS = {
 """(resource, subresource) only the simulated kubelet and nodes write at steady state."""
 CONTROLLER_REQUESTS = {("endpoints", ""), ("endpointslices", "")}
 """What kube-controller-manager writes for the jobs' headless Services (not the operator)."""
-SAMPLE = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$")
-LABEL = re.compile(r'(\w+)="([^"]*)"')
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def request_counts(plane: ControlPlane) -> collections.Counter[tuple[str, str, str]]:
-    """apiserver_request_total summed by (verb, resource, subresource)."""
-    context = ssl.create_default_context(cafile=str(plane.ca.cert_path))
-    context.load_cert_chain(str(plane.admin.cert), str(plane.admin.key))
-    with urllib.request.urlopen(plane.server + "/metrics", context=context, timeout=30) as reply:
-        text = reply.read().decode()
-    counts: collections.Counter[tuple[str, str, str]] = collections.Counter()
-    for line in text.splitlines():
-        found = SAMPLE.match(line)
-        if found is None:
-            continue
-        labels = dict(LABEL.findall(found.group("labels")))
-        key = (labels.get("verb", ""), labels.get("resource", ""), labels.get("subresource", ""))
-        counts[key] += int(float(found.group("value")))
-    return counts
 
 
 def cpu_seconds(pid: int) -> float:

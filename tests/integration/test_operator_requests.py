@@ -6,37 +6,25 @@ which the test itself sends no request about jobs)."""
 
 from __future__ import annotations
 
-import re
-import subprocess
 import time
 from pathlib import Path
 
 from kubernetes import client
 
-from support.controlplane import ControlPlane
+from support.controlplane import ControlPlane, request_counts
 from support.operator import Jobs, job_manifest, running_operator
 
 WINDOW_SECONDS = 20.0
 PROGRESS_WRITE_SECONDS = 30.0
-SAMPLE = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$")
 
 
 def _job_requests(plane: ControlPlane) -> dict[tuple[str, str], float]:
     """Requests about StableTrainingJobs so far, by (verb, subresource)."""
-    text = subprocess.run(
-        plane.kubectl("get", "--raw", "/metrics"), check=True, capture_output=True, text=True
-    ).stdout
-    counts: dict[tuple[str, str], float] = {}
-    for line in text.splitlines():
-        found = SAMPLE.match(line)
-        if found is None:
-            continue
-        labels = dict(re.findall(r'(\w+)="([^"]*)"', found["labels"]))
-        if labels.get("resource") != "stabletrainingjobs":
-            continue
-        key = (labels["verb"], labels.get("subresource", ""))
-        counts[key] = counts.get(key, 0.0) + float(found["value"])
-    return counts
+    return {
+        (verb, subresource): float(count)
+        for (verb, resource, subresource), count in request_counts(plane).items()
+        if resource == "stabletrainingjobs"
+    }
 
 
 def test_a_running_job_costs_no_read_and_writes_progress_at_the_bounded_rate(

@@ -13,8 +13,10 @@ Every address is on loopback, or, for a real node, inside a network namespace th
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
+import re
 import shutil
 import ssl
 import tempfile
@@ -361,3 +363,25 @@ def running_control_plane(network: PlaneNetwork = LOOPBACK) -> Iterator[ControlP
             print(f"control-plane logs kept in {workdir}")
         else:
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+_REQUEST_SAMPLE = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$")
+_LABEL = re.compile(r'(\w+)="([^"]*)"')
+
+
+def request_counts(plane: ControlPlane) -> collections.Counter[tuple[str, str, str]]:
+    """The API server's own apiserver_request_total so far, summed by (verb, resource,
+    subresource): what every client cost it, read as the admin."""
+    context = ssl.create_default_context(cafile=str(plane.ca.cert_path))
+    context.load_cert_chain(str(plane.admin.cert), str(plane.admin.key))
+    with urllib.request.urlopen(plane.server + "/metrics", context=context, timeout=30) as reply:
+        text = reply.read().decode()
+    counts: collections.Counter[tuple[str, str, str]] = collections.Counter()
+    for line in text.splitlines():
+        found = _REQUEST_SAMPLE.match(line)
+        if found is None:
+            continue
+        labels = dict(_LABEL.findall(found.group("labels")))
+        key = (labels.get("verb", ""), labels.get("resource", ""), labels.get("subresource", ""))
+        counts[key] += int(float(found.group("value")))
+    return counts
