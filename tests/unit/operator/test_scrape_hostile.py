@@ -6,11 +6,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
@@ -20,6 +19,7 @@ from stabletrain_operator.observe.scrape import (
     ScrapeTarget,
     scrape_all,
 )
+from support.loopback_http import serving
 
 GOOD = {
     "attempt": 0,
@@ -153,16 +153,6 @@ def _cases() -> list[Reply]:
 CASES = _cases()
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    request_queue_size = 256
-    """All 101 scrapes connect at once; the default backlog of 5 would delay most by a SYN
-    retry and turn them into timeouts."""
-
-    def handle_error(self, request: object, client_address: object) -> None:
-        """Clients that gave up (timeouts) break the pipe; that is the point of the test."""
-
-
 class _Hostile(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         name = self.path.split("/")[1]
@@ -177,14 +167,8 @@ class _Hostile(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def hostile_server() -> Iterator[str]:
-    server = _Server(("127.0.0.1", 0), _Hostile)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(_Hostile) as url:
+        yield url
 
 
 def test_hundred_hostile_payloads_are_counted_and_logged(

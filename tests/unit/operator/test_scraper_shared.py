@@ -9,11 +9,12 @@ import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
 from stabletrain_operator.observe.scrape import Scraper, ScrapeTarget
+from support.loopback_http import serving
 
 ANSWER = json.dumps({
     "attempt": 0, "node": "node-a", "nodeRank": 0, "lrScale": 1.0, "appliedGeneration": 1,
@@ -44,14 +45,8 @@ class _Counting(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def agent() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Counting)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(_Counting) as url:
+        yield url
 
 
 def test_the_cap_bounds_requests_in_flight_across_rounds(agent: str) -> None:
