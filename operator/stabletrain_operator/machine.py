@@ -388,7 +388,8 @@ def _observations(
                 reason=manual.reason,
             )
         )
-    trips = _trips(current, status.attempt)
+    # A scrape can carry the report before any pod's termination message does.
+    trips = _trips(current, status.attempt) or _scraped_trips(status, world)
     signals: list[Observation] = []
     if trips:
         signals.append(trip_observation(trips))

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from stabletrain_agent.checkpoint.replicate import PfsCondition
+from stabletrain_agent.contract.channel import AgentStatus
 from stabletrain_agent.contract.detection import BaselineConfig, DetectionConfig, NonFiniteConfig
 from stabletrain_agent.contract.directives import Directives, SkipRange, SkipUnit
 from stabletrain_agent.contract.inventory import CheckpointRecord, TierCopy
@@ -21,7 +22,9 @@ from stabletrain_agent.contract.names import Signal
 from stabletrain_agent.contract.trip import parse_termination_message
 from stabletrain_agent.data import Shard, ShardedBatches
 from stabletrain_agent.directives import DirectiveSource
+from stabletrain_agent.export import AgentExporter
 from stabletrain_agent.guard import Guard, GuardEnv
+from stabletrain_agent.signals.monitor import MonitorSnapshot
 from stabletrain_agent.trip import TRIP_EXIT_CODE, TrainingTripped
 
 BLOCK = 16
@@ -158,6 +161,22 @@ def test_a_non_finite_step_is_skipped_and_counted_without_tripping(tiny_gpt: Mod
     assert guard.global_step == 8
 
 
+def train_with_inf_loss_from_step_6(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    batches: ShardedBatches[torch.Tensor, torch.Tensor],
+    guard: Guard,
+) -> None:
+    for step in range(1, 20):
+        batch = next(batches)
+        loss = model(batch[:, :-1], batch[:, 1:])
+        if step >= 6:
+            loss = loss * float("inf")
+        loss.backward()
+        guard.step(loss)
+        optimizer.zero_grad()
+
+
 def test_a_trip_stops_with_the_report_and_the_lineage(tiny_gpt: ModuleType, tmp_path: Path) -> None:
     model = tiny_model(tiny_gpt)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
@@ -175,19 +194,8 @@ def test_a_trip_stops_with_the_report_and_the_lineage(tiny_gpt: ModuleType, tmp_
         guard_env=env,
         checkpoints=checkpoints,
     )
-
-    def train_with_inf_loss_from_step_6() -> None:
-        for step in range(1, 20):
-            batch = next(batches)
-            loss = model(batch[:, :-1], batch[:, 1:])
-            if step >= 6:
-                loss = loss * float("inf")
-            loss.backward()
-            guard.step(loss)
-            optimizer.zero_grad()
-
     with pytest.raises(TrainingTripped) as tripped:
-        train_with_inf_loss_from_step_6()
+        train_with_inf_loss_from_step_6(model, optimizer, batches, guard)
     assert tripped.value.code == TRIP_EXIT_CODE
     assert guard.global_step == 7
     assert params_finite(model)
@@ -205,6 +213,47 @@ def test_a_trip_stops_with_the_report_and_the_lineage(tiny_gpt: ModuleType, tmp_
         "batchIndex": 5,
         "ranges": [{"shardId": "shard-0", "start": 20, "stop": 24}],
     }
+
+
+class PublishedStatuses(AgentExporter):
+    """The real exporter, keeping the status each published step would be scraped as."""
+
+    def __init__(self) -> None:
+        super().__init__(source=directives(), token="t", node="node-a", node_rank=0)
+        self.published: list[AgentStatus] = []
+
+    def update(
+        self, snapshot: MonitorSnapshot, *, lr_scale: float, applied_generation: int
+    ) -> None:
+        super().update(snapshot, lr_scale=lr_scale, applied_generation=applied_generation)
+        self.published.append(self.status())
+
+
+def test_no_scrape_sees_the_tripping_finding_before_the_trip_report(tiny_gpt: ModuleType) -> None:
+    """Before: the tripping step was published before the report, so a scrape in between
+    decided from the finding alone, without the report's suspect shards (CI stop 22).
+    After: the step that trips is published with its report."""
+    model = tiny_model(tiny_gpt)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    batches = token_batches()
+    exporter = PublishedStatuses()
+    guard = Guard(
+        model,
+        optimizer,
+        data=batches,
+        directives=directives(non_finite=NonFiniteConfig(consecutive_steps=2)),
+        guard_env=GuardEnv(node="node-a"),
+        exporter=exporter,
+    )
+    with pytest.raises(TrainingTripped):
+        train_with_inf_loss_from_step_6(model, optimizer, batches, guard)
+    last = exporter.published[-1]
+    assert (last.step, last.latest_trip is not None) == (7, True)
+    assert last.latest_trip is not None
+    assert last.latest_trip.suspect_shards == ("shard-0",)
+    for status in exporter.published:
+        sustained = any(f.sustained for f in status.firing)
+        assert not sustained or status.latest_trip is not None, status.step
 
 
 def test_gradscaler_overflow_is_routine_not_a_non_finite_event(tiny_gpt: ModuleType) -> None:

@@ -340,12 +340,8 @@ class Guard:
         self._steps_since_start += 1
         if self.data is not None and self.data.last_lineage is not None:
             self.lineage.record(step, self.data.last_lineage)
-        if self.exporter is not None:
-            self.exporter.update(
-                self.monitor.snapshot(),
-                lr_scale=self.lr.scale,
-                applied_generation=self.applied_generation,
-            )
+        if self.exporter is not None and not verdict.trip:  # a trip publishes with its report
+            self._publish_step(self.exporter)
             self._export_checkpoints_if_changed()
         self._write_sustained_lineage(verdict)
         if agreed.ranks_with_newer_directives:
@@ -355,6 +351,14 @@ class Guard:
             self._trip(verdict)
         self._last_step_end = time.perf_counter()
         return verdict
+
+    def _publish_step(self, exporter: AgentExporter) -> None:
+        """Show this step in the status endpoint and the metrics."""
+        exporter.update(
+            self.monitor.snapshot(),
+            lr_scale=self.lr.scale,
+            applied_generation=self.applied_generation,
+        )
 
     def _export_checkpoints_if_changed(self) -> None:
         """Keep the exporter's inventory current between trips, off the training thread.
@@ -614,6 +618,9 @@ class Guard:
                 condition = self.checkpoints.pfs_condition
                 self.exporter.set_pfs(condition.available, condition.message)
             self.exporter.record_trip(report)
+            # Only now may a scrape see the tripping finding: seen before the report, it
+            # would decide without the suspect shards and the flushed inventory it carries.
+            self._publish_step(self.exporter)
         if self.env.local_rank == 0:
             if self.env.termination_path is not None:
                 write_termination_message(self.env.termination_path, report)

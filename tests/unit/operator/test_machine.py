@@ -505,6 +505,32 @@ def test_a_trip_the_scrape_carries_is_counted_at_the_decision_and_only_once() ->
     assert late.status.counters.trips == 1
 
 
+def test_a_rollback_decided_from_a_scrape_skips_the_shards_its_trip_report_names() -> None:
+    """Before: a scrape that carried the trip report decided from its finding alone, so the
+    skip list lost the report's suspect shards (the poisoned-shard e2e test, CI stop 22).
+    After: the scraped report is the observation, shards and all."""
+    finding = FindingReport(
+        signal="LossSpike", anomaly_class=AnomalyClass.DIVERGENCE, onset_step=55,
+        consecutive=4, sustained=True,
+    )  # fmt: skip
+    shards = ("shard-0008", "shard-0007")
+    scrapes = tuple(
+        agent(
+            r, step=58, firing=(finding,),
+            latest_trip=trip(NODES[r], step=58, signal="LossSpike").model_copy(
+                update={"anomaly_class": AnomalyClass.DIVERGENCE, "suspect_shards": shards}
+            ),
+        )
+        for r in (0, 1)
+    )  # fmt: skip
+    status = running(step=58)
+    stop = advance(status, world(status, pods=(pod(0), pod(1)), scrapes=scrapes))
+    assert stop.status.phase is Phase.STOPPING
+    assert stop.status.plan is not None
+    (skip,) = stop.status.plan.added_skip
+    assert skip.shard_ids == shards
+
+
 def test_live_and_fail_decisions_are_in_the_history() -> None:
     """Before: rollbackHistory held only the actions that relaunched (Rollback, Restart);
     an Alert, a ReduceLR and the Fail that ended a job left no entry. After: each does."""
