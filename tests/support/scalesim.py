@@ -36,6 +36,7 @@ from stabletrain_agent.contract.channel import (
 )
 from stabletrain_agent.contract.names import AnomalyClass
 from stabletrain_agent.contract.trip import TripReport
+from stabletrain_agent.export import REQUEST_TIMEOUT_SECONDS
 from stabletrain_operator import naming
 from support.localnode.api import ApiError, Json, RawApi, pod_path
 from support.localnode.container import Exit
@@ -60,6 +61,8 @@ class SimulatedPod:
     port: int
     started: datetime
     server: asyncio.Server | None = None
+    connections: set[asyncio.StreamWriter] = field(default_factory=set)
+    """Open keep-alive connections: closing the server alone would leave them answering."""
 
 
 @dataclass
@@ -262,29 +265,39 @@ class ScaleSimulator:
         if pod.server is not None:
             pod.server.close()
             pod.server = None
+        for writer in pod.connections:
+            writer.close()
+        pod.connections.clear()
 
     # ------------------------------------------------------------------ agents
 
     async def _answer(
         self, pod: SimulatedPod, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
+        """Requests on one connection until the client closes it or leaves it idle for the
+        agent's own limit (HTTP/1.1 keep-alive, as stabletrain_agent.export serves)."""
+        pod.connections.add(writer)
         try:
-            request = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
-            path = request.split(b" ", 2)[1].decode() if request.count(b" ") >= 2 else ""
-            if request.startswith(b"GET ") and path == STATUS_HTTP_PATH:
-                body, code = agent_status(pod, datetime.now(UTC)), "200 OK"
-                self.counts.answered += 1
-            else:
-                body, code = b'{"error": "not simulated"}', "404 Not Found"
-            head = (
-                f"HTTP/1.1 {code}\r\nContent-Type: application/json\r\n"
-                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-            )
-            writer.write(head.encode() + body)
-            await writer.drain()
+            while True:
+                request = await asyncio.wait_for(
+                    reader.readuntil(b"\r\n\r\n"), REQUEST_TIMEOUT_SECONDS
+                )
+                path = request.split(b" ", 2)[1].decode() if request.count(b" ") >= 2 else ""
+                if request.startswith(b"GET ") and path == STATUS_HTTP_PATH:
+                    body, code = agent_status(pod, datetime.now(UTC)), "200 OK"
+                    self.counts.answered += 1
+                else:
+                    body, code = b'{"error": "not simulated"}', "404 Not Found"
+                head = (
+                    f"HTTP/1.1 {code}\r\nContent-Type: application/json\r\n"
+                    f"Content-Length: {len(body)}\r\n\r\n"
+                )
+                writer.write(head.encode() + body)
+                await writer.drain()
         except (TimeoutError, asyncio.IncompleteReadError, ConnectionError):
             pass
         finally:
+            pod.connections.discard(writer)
             writer.close()
 
     # ------------------------------------------------------------------ trips

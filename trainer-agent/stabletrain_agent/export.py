@@ -13,6 +13,7 @@ several exporters (tests, replay) can live in one process without colliding.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -429,6 +430,7 @@ class AgentExporter:
         self._server = self._thread = None
         if server is not None:
             server.shutdown()
+            server.end_open_connections()
             server.server_close()
         if thread is not None:
             thread.join()
@@ -454,6 +456,9 @@ class AgentExporter:
 
 
 class _Server(ThreadingHTTPServer):
+    """Keeps each connection for the next scrape (HTTP/1.1), and ends the kept ones when it
+    stops: an agent that stopped serving must not go on answering over them."""
+
     daemon_threads = True
     block_on_close = True
 
@@ -462,7 +467,27 @@ class _Server(ThreadingHTTPServer):
     ) -> None:
         self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
         self.exporter = exporter
+        self._open: set[socket.socket] = set()
+        self._open_lock = threading.Lock()
         super().__init__(address, handler)
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        connection, address = super().get_request()
+        with self._open_lock:
+            self._open.add(connection)
+        return connection, address
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._open_lock:
+            self._open.discard(request)
+        super().shutdown_request(request)
+
+    def end_open_connections(self) -> None:
+        with self._open_lock:
+            connections, self._open = self._open, set()
+        for connection in connections:
+            with contextlib.suppress(OSError):  # the client may have gone already
+                connection.shutdown(socket.SHUT_RDWR)
 
     def server_bind(self) -> None:
         # HTTPServer.server_bind resolves the host's FQDN, which can stall on DNS; the name

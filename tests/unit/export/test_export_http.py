@@ -17,6 +17,7 @@ from prometheus_client.metrics_core import Metric
 from stabletrain_agent.contract.channel import (
     DIRECTIVES_HTTP_PATH,
     MAX_DIRECTIVES_BYTES,
+    STATUS_HTTP_PATH,
     LiveOutcome,
     bearer,
     new_token,
@@ -100,6 +101,46 @@ def _value(families: dict[str, Metric], metric: str, **labels: str) -> float:
     value = sample_value(families, metric, **labels)
     assert value is not None, f"no sample {metric}{labels}"
     return value
+
+
+def test_the_server_keeps_the_connection_for_the_next_scrape(exporter: AgentExporter) -> None:
+    """The operator scrapes each agent every second or few over one kept connection."""
+    connection = http.client.HTTPConnection("127.0.0.1", exporter.port, timeout=5)
+
+    def get() -> tuple[int, str | None]:
+        connection.request("GET", STATUS_HTTP_PATH)
+        response = connection.getresponse()
+        response.read()
+        return response.status, response.getheader("Connection")
+
+    try:
+        assert get() == (200, None)
+        first = connection.sock
+        assert get() == (200, None)
+        assert connection.sock is first, "the second request needed a new connection"
+    finally:
+        connection.close()
+
+
+def test_a_stopped_agent_answers_no_more_over_a_kept_connection(source: DirectiveSource) -> None:
+    """Stopped serving means stopped: the operator reads a silent agent as one whose
+    process is gone or frozen, so a kept connection must not keep answering."""
+    exporter = AgentExporter(source=source, token=TOKEN, node="node-a", node_rank=0)
+    exporter.start()
+    connection = http.client.HTTPConnection("127.0.0.1", exporter.port, timeout=5)
+
+    def get() -> bytes:
+        connection.request("GET", STATUS_HTTP_PATH)
+        return connection.getresponse().read()
+
+    try:
+        assert get()
+        exporter.stop()
+        with pytest.raises((http.client.HTTPException, ConnectionError)):
+            get()
+    finally:
+        connection.close()
+        exporter.stop()
 
 
 def test_metrics_are_scraped_and_parsed_back_with_the_monitor_values(
