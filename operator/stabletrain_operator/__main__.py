@@ -21,6 +21,7 @@ import kopf
 from stabletrain_agent.contract import env
 from stabletrain_operator import metrics, pods
 from stabletrain_operator.jobview import DEFAULT_PROGRESS_WRITE_SECONDS
+from stabletrain_operator.observe.pacing import DEFAULT_SCRAPE_RATE
 from stabletrain_operator.remediation import NodeRemediation
 
 
@@ -28,6 +29,13 @@ def _seconds(text: str) -> float:
     value = float(text)
     if not value >= 0:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds >= 0")
+    return value
+
+
+def _rate(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a rate > 0 (scrapes a second)")
     return value
 
 
@@ -67,6 +75,14 @@ def _arguments() -> argparse.Namespace:
         help="least time between two status writes that only move step, loss, grad norm and "
         "throughput (decisions are written at once)",
     )
+    parser.add_argument(
+        "--scrape-rate",
+        type=_rate,
+        default=DEFAULT_SCRAPE_RATE,
+        help="agent status scrapes a second shared by every healthy job (each job's round is "
+        "every max(1 s, pods / rate); jobs confirming a rollback or with a signal firing "
+        "stay at 1 s)",
+    )
     parser.add_argument("--verbose", action="store_true")
     return parser.parse_args()
 
@@ -93,7 +109,9 @@ def run() -> None:
         clusterwide=not args.namespace,
         namespaces=args.namespace,
         memo=kopf.Memo(
-            remediation=args.remediate_nodes, progress_write_seconds=args.progress_write_seconds
+            remediation=args.remediate_nodes,
+            progress_write_seconds=args.progress_write_seconds,
+            scrape_rate=args.scrape_rate,
         ),
     )
 

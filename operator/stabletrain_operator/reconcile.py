@@ -32,6 +32,7 @@ from stabletrain_operator.api.status import StableTrainingJobStatus, SuspectNode
 from stabletrain_operator.jobview import JobView, Source, parse, source, write_needed
 from stabletrain_operator.kube import HTTP_CONFLICT, Kube, StaleStatusError
 from stabletrain_operator.machine import Launch, Step, World, advance
+from stabletrain_operator.observe.pacing import FAST_INTERVAL_SECONDS, ScrapePacer
 from stabletrain_operator.observe.pods import PodFacts, PodState
 from stabletrain_operator.observe.scrape import Scraper, ScrapeResult, ScrapeTarget, scrape_all
 from stabletrain_operator.observe.stall import RankProgress
@@ -41,10 +42,6 @@ from stabletrain_operator.remediation import NodeAction, NodeRemediation, due, n
 
 _log = logging.getLogger(__name__)
 
-SCRAPE_INTERVAL_SECONDS = 1.0
-"""Also for a healthy job: a pod that dies without a word (SIGKILL, a lost node) cannot be
-asked afterwards which checkpoints it completed. Scraped every 5 s, a rank killed within
-5 s of a checkpoint landing made the restart take the one before (tests/e2e, killed rank)."""
 SCRAPE_TIMEOUT_SECONDS = 2.0
 PUT_TIMEOUT_SECONDS = 2.0
 SCRAPED_PHASES = frozenset({Phase.RUNNING, Phase.CONFIRMING})
@@ -61,6 +58,10 @@ class JobMemory:
     """Pods seen in the index, with their attempt, to notice one that vanished."""
     directives: dict[int, Directives] = field(default_factory=dict)
     last_scrape: float = 0.0
+    scrape_interval: float = FAST_INTERVAL_SECONDS
+    """Until the next round, as the operator's ScrapePacer set it after the last one."""
+    next_tick_at: float = 0.0
+    """Monotonic time of the next tick the job needs when its world does not change."""
     base_ready: bool = False
     beats: dict[str, RankProgress] = field(default_factory=dict)
     """Newest heartbeat of each pod of the current attempt, kept while its agent is silent."""
@@ -113,17 +114,21 @@ def _remember_nodes(memory: JobMemory, facts: Iterable[PodFacts], attempt: int) 
 
 
 async def _scrape(
+    key: JobKey,
     facts: list[PodFacts],
     status: StableTrainingJobStatus,
     memory: JobMemory,
-    scraper: Scraper | None,
     *,
+    scraper: Scraper | None,
+    pacer: ScrapePacer | None,
     final: bool = False,
 ) -> tuple[ScrapeResult, ...]:
     """This tick's scrapes, at most one round per interval; `final` ignores the interval."""
     if status.phase not in SCRAPED_PHASES:
+        if pacer is not None:
+            pacer.forget((key.namespace, key.name))
         return ()
-    if not final and time.monotonic() - memory.last_scrape < SCRAPE_INTERVAL_SECONDS:
+    if not final and time.monotonic() - memory.last_scrape < memory.scrape_interval:
         return ()
     memory.last_scrape = time.monotonic()
     targets = [
@@ -139,6 +144,13 @@ async def _scrape(
     for result in results:
         if result.error is not None:
             metrics.SCRAPE_ERRORS.labels(result.error.value).inc()
+    if pacer is not None:
+        close_eye = status.phase is Phase.CONFIRMING or any(
+            r.status is None or r.status.firing for r in results
+        )
+        memory.scrape_interval = pacer.interval(
+            (key.namespace, key.name), len(targets), close_eye=close_eye
+        )
     return tuple(results)
 
 
@@ -445,22 +457,25 @@ async def tick(
     remediation: NodeRemediation | None = None,
     progress_seconds: float = 0.0,
     scraper: Scraper | None = None,
+    pacer: ScrapePacer | None = None,
 ) -> bool:
     """One reconcile; False once the job is gone (the daemon may end). `live` is kopf's live
     body of the job; progress numbers are written at most every `progress_seconds`; the
     agents are scraped through the operator's shared `scraper` (a session per round
-    without one)."""
+    without one) as often as its `pacer` allows (every second without one)."""
     view = await _view(kube, key, live, memory)
     if isinstance(view, bool):
         if not view:
             metrics.forget_job(key.namespace, key.name)
+            if pacer is not None:
+                pacer.forget((key.namespace, key.name))
         return view
     job, spec, status = view.job, view.spec, view.status
     ref = pods.JobRef(key.name, key.namespace, job["metadata"]["uid"])
     await asyncio.to_thread(ensure_base, kube, ref, memory)
     facts = _with_vanished(list(indexed), memory, status)
     _remember_nodes(memory, facts, status.attempt)
-    scrapes = await _scrape(facts, status, memory, scraper)
+    scrapes = await _scrape(key, facts, status, memory, scraper=scraper, pacer=pacer)
     progress = _progress(memory, facts, scrapes, status.attempt)
     skip = await asyncio.to_thread(_skip_ranges, kube, key, status, memory)
     directives = await asyncio.to_thread(_attempt_directives, kube, key, memory, status.attempt)
@@ -487,7 +502,7 @@ async def tick(
     if _stops_now(status, step) and not scrapes:
         # The decision came from the pod watch: before the pods go, one last scrape of those
         # still running, so the plan sees a save that committed after the previous scrape.
-        final = await _scrape(facts, status, memory, scraper, final=True)
+        final = await _scrape(key, facts, status, memory, scraper=scraper, pacer=pacer, final=True)
         if final:
             step = advance(status, dataclasses.replace(world, scrapes=final))
     if step.launch is not None:
@@ -508,4 +523,15 @@ async def tick(
     if remediation is not None and step.status.suspect_nodes != status.suspect_nodes:
         await asyncio.to_thread(remediate, kube, remediation, key, status, step.status)
     _record_metrics(key, spec, step)
+    memory.next_tick_at = _next_tick_at(step.status.phase, spec, memory)
     return True
+
+
+def _next_tick_at(phase: Phase, spec: StableTrainingJobSpec, memory: JobMemory) -> float:
+    """A running job has nothing to do until its next round unless its world changes (the
+    daemon ticks at once when its pods or its object change); the other phases, and a
+    suspend waiting for its save, wait on time (backoff, grace periods, bounds) and tick on
+    the daemon's clock."""
+    if phase is Phase.RUNNING and not spec.suspend:
+        return memory.last_scrape + memory.scrape_interval
+    return 0.0

@@ -1,16 +1,20 @@
 """One daemon per StableTrainingJob: the job's level-based reconcile loop.
 
 A daemon rather than change handlers because most of what matters does not change the job
-object at all: pods end, agents report, time passes. The loop ticks a few times a second
-from what kopf's watches deliver (the job's live body, the pod index) and the agents'
-scrapes; it reads the job from the API server only when the live body and the version it
-last wrote disagree for longer than a watch takes to catch up (jobview.py), so an idle job
-costs no API request and no decision is made on a state older than one it saw.
+object at all: pods end, agents report, time passes. The loop ticks from what kopf's
+watches deliver (the job's live body, the pod index) and the agents' scrapes: at once when
+the pods or the object changed, on its clock while the phase waits on time, and otherwise
+only when the job's next scrape round is due (observe/pacing.py), so a healthy job costs
+the operator one tick per round. It reads the job from the API server only when the live
+body and the version it last wrote disagree for longer than a watch takes to catch up
+(jobview.py), so an idle job costs no API request and no decision is made on a state
+older than one it saw.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 import kopf
@@ -25,6 +29,8 @@ from stabletrain_operator.observe.pods import PodFacts
 from stabletrain_operator.reconcile import JobKey, JobMemory, tick
 
 TICK_SECONDS = 0.5
+"""How often the daemon looks at its job's pods and object; it ticks when they changed, when
+its phase waits on time, or when its next scrape round is due (reconcile.JobMemory)."""
 
 _log = logging.getLogger(__name__)
 
@@ -46,9 +52,15 @@ async def run_job(
     kube: Kube = memo["kube"]
     key = JobKey(namespace, name)
     memory = JobMemory()
+    seen: tuple[object, ...] | None = None
     while not stopped:
         try:
             indexed = list(worker_pods.get((namespace, name), []))
+            world = (body.metadata.get("resourceVersion"), *indexed)
+            if world == seen and time.monotonic() < memory.next_tick_at:
+                await stopped.wait(TICK_SECONDS)
+                continue
+            seen = world
             alive = await tick(
                 kube,
                 key,
@@ -58,11 +70,13 @@ async def run_job(
                 remediation=memo.get("remediation"),
                 progress_seconds=memo.get("progress_write_seconds", DEFAULT_PROGRESS_WRITE_SECONDS),
                 scraper=memo.get("scraper"),
+                pacer=memo.get("pacer"),
             )
         except StaleStatusError:
             metrics.RECONCILE_ERRORS.labels("Conflict").inc()
-            alive = True
+            alive, seen = True, None  # tick again at once
         except ApiException as error:
+            seen = None
             metrics.RECONCILE_ERRORS.labels("ApiError").inc()
             _log.warning("job %s/%s: API error %s %s; retrying", namespace, name, error.status,
                          error.reason)  # fmt: skip

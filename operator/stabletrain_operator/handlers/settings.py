@@ -7,7 +7,8 @@
 - Our own Events only (kopf's handler-log Events off): every Event is a decision, posted
   after the status write that records it.
 - One HTTP session and concurrency cap for every job's agent scrapes (observe/scrape.py),
-  made in the operator's event loop and closed when the operator stops.
+  made in the operator's event loop and closed when the operator stops, and one scrape
+  budget (`--scrape-rate`, observe/pacing.py) shared by every job.
 - Daemons make kopf put a finalizer on every job (it must stop the daemon before the object
   goes); it is removed as soon as the job is deleted while the operator runs, so tests
   delete their jobs before they stop the operator (see docs/operator.md).
@@ -21,6 +22,7 @@ import kopf
 
 from stabletrain_operator.api.constants import GROUP
 from stabletrain_operator.kube import Kube, load_api_client
+from stabletrain_operator.observe.pacing import DEFAULT_SCRAPE_RATE, ScrapePacer
 from stabletrain_operator.observe.scrape import Scraper
 
 
@@ -45,6 +47,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
 async def open_scraper(memo: kopf.Memo, **_: Any) -> None:
     """Async, so the session and its semaphore belong to the operator's event loop."""
     memo["scraper"] = Scraper()
+    memo["pacer"] = ScrapePacer(memo.get("scrape_rate", DEFAULT_SCRAPE_RATE))
 
 
 @kopf.on.cleanup()
