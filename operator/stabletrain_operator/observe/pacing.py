@@ -1,8 +1,8 @@
 """How often each job's agents are scraped: one operator-wide budget shared by its jobs.
 
-A scrape costs the operator about a millisecond of its one event loop (HTTP, JSON, the
-contract's validation, the tick that follows), so every pod once a second stops scaling
-near a few hundred pods (bench/operator_scale.py). Healthy jobs therefore share a budget of
+A scrape costs the operator on the order of a millisecond of its one event loop (HTTP, JSON,
+the contract's validation, the tick that follows), so every pod once a second stops scaling
+at a few hundred pods (bench/operator_scale.py). Healthy jobs therefore share a budget of
 `--scrape-rate` scrapes a second: with P pods scraped in all, a healthy job's round comes
 every max(1 s, P / rate). A job that needs a close eye stays at the fast interval: while
 it confirms a rollback, while an agent reports a signal firing, and after an agent did not
@@ -22,7 +22,7 @@ afterwards which checkpoints it completed. Scraped every 5 s, a rank killed with
 checkpoint landing made the restart take the one before (tests/e2e, killed rank)."""
 DEFAULT_SCRAPE_RATE = 200.0
 """Scrapes a second for all healthy jobs together: every job at the fast interval up to 200
-pods, 20 % of a core at 1,000 jobs of 4 pods (20 s rounds; docs/operations.md)."""
+pods, 20 s rounds at 1,000 jobs of 4 pods (docs/operations.md, "Operator sizing")."""
 
 
 class ScrapePacer:
