@@ -10,6 +10,7 @@ loader, a sleep). Torch-free: the stack is classified by module name.
 
 from __future__ import annotations
 
+import itertools
 import sys
 import threading
 from collections import deque
@@ -84,14 +85,14 @@ class HeartbeatClock:
         self._completed = 0
         self._last_step: int | None = None
         self._last_at: datetime | None = None
-        self._gaps: deque[float] = deque(maxlen=RECENT_STEPS)
+        self._stamps: deque[datetime] = deque(maxlen=RECENT_STEPS + 1)
+        """When the recent steps completed; their gaps are worked out when read."""
 
     def completed(self, step: int) -> None:
         """The calling (training) thread finished `step`; it is the thread watched from now."""
         now = self._clock()
         with self._lock:
-            if self._last_at is not None:
-                self._gaps.append(max((now - self._last_at).total_seconds(), 0.0))
+            self._stamps.append(now)
             self._thread = threading.get_ident()
             self._completed += 1
             self._last_step = step
@@ -101,8 +102,10 @@ class HeartbeatClock:
         """The heartbeat as of now; safe from any thread, never blocks on training."""
         with self._lock:
             completed, last_step, last_at = self._completed, self._last_step, self._last_at
-            slowest = max(self._gaps) if self._gaps else None
+            stamps = tuple(self._stamps)
             thread = self._thread
+        gaps = [max((b - a).total_seconds(), 0.0) for a, b in itertools.pairwise(stamps)]
+        slowest = max(gaps) if gaps else None
         place, frame = classify(sys._current_frames().get(thread))
         return Heartbeat(
             rank=self._rank,

@@ -190,6 +190,25 @@ def test_the_anomaly_class_series_fall_back_to_zero_when_the_anomaly_ends(
     assert _value(families, "stabletrain_anomaly_class", **{"class": "BadBatch"}) == 1
 
 
+def test_a_scrape_shows_what_fired_between_scrapes_and_the_newest_custom_values(
+    exporter: AgentExporter, source: DirectiveSource
+) -> None:
+    """The series are set when scraped, from the last published step: a signal that fired
+    only at steps no scrape saw still keeps its series (at 0 once quiet), and a custom value
+    reported at an earlier step than the last stays the newest value shown."""
+    snapshot = _feed(exporter, source).snapshot()
+    assert snapshot.findings
+    assert snapshot.custom
+    quiet = dataclasses.replace(snapshot, step=314, findings=(), custom={}, anomaly_class=None)
+    exporter.update(quiet, lr_scale=0.5, applied_generation=source.applied_generation)
+    families = fetch_metrics(exporter.url)
+    assert _value(families, "stabletrain_step") == 314
+    assert _value(families, "stabletrain_signal_consecutive_steps", signal="LossSpike") == 0
+    assert _value(families, "stabletrain_signal_sustained", signal="LossSpike") == 0
+    assert _value(families, "stabletrain_custom_signal", name="val_loss") == pytest.approx(2.5)
+    assert _value(families, "stabletrain_non_finite_steps") == 1
+
+
 def test_two_exporters_in_one_process_keep_separate_registries(source: DirectiveSource) -> None:
     first = AgentExporter(source=source, token=TOKEN, node="a", node_rank=0)
     second = AgentExporter(source=source, token=TOKEN, node="b", node_rank=1)
