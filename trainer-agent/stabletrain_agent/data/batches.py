@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from stabletrain_agent.data.layout import SampleRange, Shard, ShardLayout, slice_ranges
 
@@ -76,9 +76,9 @@ class BatchLineage:
     ranges: tuple[SampleRange, ...]
 
 
-@dataclass(frozen=True)
-class GlobalBatch:
-    """One global batch taken from the stream, and the cursor right after it."""
+class GlobalBatch(NamedTuple):
+    """One global batch taken from the stream, and the cursor right after it (a tuple:
+    one is built per batch)."""
 
     batch_index: int
     ranges: list[SampleRange]
@@ -94,6 +94,10 @@ def next_global_batch(
     Batches skipped whole still advance the index (without reading a sample), so the
     indices of every later batch stay the same across rollbacks that grow the skip-list.
     """
+    if not skip.batches:  # the usual case: only shards skipped everywhere, no batch ranges
+        layout.check_skippable(skip.shard_ids)
+        ranges, position = layout.take(position, global_size, skip.shard_ids)
+        return GlobalBatch(batch_index, ranges, position, batch_index + 1)
     while True:
         index = batch_index
         skipped_shards = skip.shards_skipped_in(index)

@@ -27,8 +27,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence, Sized
-from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from torch.utils.data import DataLoader, Dataset, Sampler
 
@@ -46,16 +45,16 @@ OWNED_OPTIONS = frozenset({"batch_size", "shuffle", "sampler", "batch_sampler", 
 """Loader options the skip-aware sampler decides; passing one would contradict it."""
 
 
-@dataclass(frozen=True)
-class Cursor:
+class Cursor(NamedTuple):
+    """A place in the stream (tuples: one cursor and one _Issued are built per batch)."""
+
     position: int
     """Stream position (counts skipped shards' samples too, see layout.py)."""
     batch_index: int
     """Global index of the next batch (counts batches skipped whole)."""
 
 
-@dataclass(frozen=True)
-class _Issued:
+class _Issued(NamedTuple):
     lineage: BatchLineage
     after: Cursor
 
@@ -105,20 +104,25 @@ class _SkipAwareBatchSampler(Sampler[list[int]]):
     def _batches(self, generation: int) -> Iterator[list[int]]:
         position, batch_index = self.consumed.position, self.consumed.batch_index
         global_size = self.batch_size * self.world_size
+        first = self.rank * self.batch_size
+        whole = self.world_size == 1  # this rank's slice is the global batch
         while generation == self.generation:
             taken = next_global_batch(self.layout, self.skip, position, batch_index, global_size)
             position, batch_index = taken.position, taken.next_batch_index
-            first = self.rank * self.batch_size
-            mine = slice_ranges(taken.ranges, first, first + self.batch_size)
+            mine = (
+                taken.ranges
+                if whole
+                else slice_ranges(taken.ranges, first, first + self.batch_size)
+            )
             self.issued.append(
                 _Issued(BatchLineage(taken.batch_index, tuple(mine)), Cursor(position, batch_index))
             )
             self.read_log.extend(mine)
-            yield [
-                self._first_index[r.shard_id] + sample
-                for r in mine
-                for sample in range(r.start, r.stop)
-            ]
+            indices: list[int] = []
+            for r in mine:
+                offset = self._first_index[r.shard_id]
+                indices.extend(range(offset + r.start, offset + r.stop))
+            yield indices
 
 
 class SkipAwareLoader(Generic[Batch]):
