@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from stabletrain_agent.contract.names import AnomalyClass
 
@@ -32,9 +33,9 @@ CLIMB_FACTOR = 1.1
 """Loss now at least this multiple of the loss at onset counts as still climbing."""
 
 
-@dataclass(frozen=True)
-class StepRecord:
-    """The little the attribution needs to remember about each recent step."""
+class StepRecord(NamedTuple):
+    """The little the attribution needs to remember about each recent step (a tuple: one
+    per step)."""
 
     step: int
     loss: float

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Collection, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from stabletrain_agent.contract.channel import FindingReport
@@ -235,6 +235,9 @@ class SignalMonitor:
         return self._snapshot
 
     def _observe_non_finite(self, obs: StepObservation, findings: list[Finding]) -> bool:
+        if math.isfinite(obs.loss) and (obs.grad_norm is None or math.isfinite(obs.grad_norm)):
+            self._non_finite.clear()  # the usual step, without building the list below
+            return False
         bad = [
             (name, value)
             for name, value in (("loss", obs.loss), ("grad norm", obs.grad_norm))
@@ -308,7 +311,7 @@ class SignalMonitor:
             "non_finite": self._non_finite.state_dict(),
             "non_finite_total": self._non_finite_total,
             "last_good_step": self._last_good_step,
-            "history": [asdict(r) for r in self._history],
+            "history": [r._asdict() for r in self._history],
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

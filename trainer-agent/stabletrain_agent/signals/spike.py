@@ -15,17 +15,16 @@ full its seeds are re-examined against their final median (see Baseline.settle).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from stabletrain_agent.contract.detection import BaselineConfig, SpikeConfig
 from stabletrain_agent.signals.baseline import Baseline
 from stabletrain_agent.signals.streak import Streak
 
 
-@dataclass(frozen=True)
-class SpikeReading:
-    """How one step of a series compares with its baseline."""
+class SpikeReading(NamedTuple):
+    """How one step of a series compares with its baseline (a tuple: two are built on
+    every step, where a frozen dataclass costs several times more)."""
 
     value: float
     baseline: float | None

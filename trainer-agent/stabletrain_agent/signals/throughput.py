@@ -9,8 +9,7 @@ neither judged nor allowed into the baseline, so they cannot lower what "normal"
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from stabletrain_agent.contract.detection import BaselineConfig, ThroughputConfig
 from stabletrain_agent.signals.baseline import Baseline
@@ -21,8 +20,9 @@ _SAVING = -1
 matching steps_since_start, which is 0 on the first step after a (re)start."""
 
 
-@dataclass(frozen=True)
-class ThroughputReading:
+class ThroughputReading(NamedTuple):
+    """How one step's tokens/s compares with its baseline (a tuple: one per step)."""
+
     value: float
     baseline: float | None
     judged: bool
