@@ -369,7 +369,10 @@ class Guard:
         the PFS condition changed, and in a background thread: the scan verifies parts other
         nodes wrote to the PFS, which would stall the step.
         """
-        if self.checkpoints is not None:
+        checkpoints = self.checkpoints
+        # The version is read without the lock first: on most steps it has not moved, and
+        # then the locked check would start nothing either.
+        if checkpoints is not None and checkpoints.inventory_version != self._exported_version:
             self._start_export(force=False)
 
     def _start_export(self, *, force: bool) -> tuple[threading.Thread | None, bool]:

@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 import os
 from collections import deque
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from stabletrain_agent.data import BatchLineage
 
@@ -24,8 +24,9 @@ SUSPECT_LEAD_STEPS = 2
 to show in the loss (its gradient lands in the weights, the next batch pays for it)."""
 
 
-@dataclass(frozen=True)
-class StepLineage:
+class StepLineage(NamedTuple):
+    """One step's batch (a tuple: one is recorded per step)."""
+
     step: int
     batch: BatchLineage
 

@@ -16,8 +16,6 @@ weights that just diverged.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,18 +59,13 @@ class LrScale:
             ramp = min(1.0, max(into_ramp, 1) / self.rewarmup_steps)
         return self.scale * ramp
 
-    @contextmanager
-    def applied(self, optimizer: torch.optim.Optimizer, step: int) -> Iterator[float]:
-        """Scale every param group's LR while the body runs; restore the scheduler's values."""
-        factor = self.factor(step)
-        scheduled = [_float_lr(group, index) for index, group in enumerate(optimizer.param_groups)]
-        for group, lr in zip(optimizer.param_groups, scheduled, strict=True):
-            group["lr"] = lr * factor
-        try:
-            yield factor
-        finally:
-            for group, lr in zip(optimizer.param_groups, scheduled, strict=True):
-                group["lr"] = lr
+    def applied(self, optimizer: torch.optim.Optimizer, step: int) -> _Applied:
+        """Scale every param group's LR while the body runs; restore the scheduler's values.
+
+        ``with scale.applied(optimizer, step) as factor:``. A small class rather than a
+        generator-based context manager: it is entered on every step.
+        """
+        return _Applied(optimizer.param_groups, self.factor(step))
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -84,6 +77,27 @@ class LrScale:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.set_scale(float(state["scale"]))
         self.start_rewarmup(int(state["rewarmup_from_step"]), int(state["rewarmup_steps"]))
+
+
+class _Applied:
+    """The LRs scaled by ``factor`` between enter and exit, the scheduled ones put back."""
+
+    __slots__ = ("_factor", "_groups", "_scheduled")
+
+    def __init__(self, groups: list[dict[str, Any]], factor: float) -> None:
+        self._groups = groups
+        self._factor = factor
+        self._scheduled: list[float] = []
+
+    def __enter__(self) -> float:
+        self._scheduled = [_float_lr(group, index) for index, group in enumerate(self._groups)]
+        for group, lr in zip(self._groups, self._scheduled, strict=True):
+            group["lr"] = lr * self._factor
+        return self._factor
+
+    def __exit__(self, *_: object) -> None:
+        for group, lr in zip(self._groups, self._scheduled, strict=True):
+            group["lr"] = lr
 
 
 def _float_lr(group: dict[str, Any], index: int) -> float:
