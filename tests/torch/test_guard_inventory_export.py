@@ -153,3 +153,23 @@ def test_a_copy_landing_while_the_training_thread_is_blocked_is_still_exported(
     finally:
         manager.close()
         guard.close()
+
+
+def test_the_heartbeat_counts_training_from_the_end_of_the_restore(
+    tmp_path: Path, exporter: AgentExporter
+) -> None:
+    """The operator's start-up stall bound starts here: the restore's time never counts."""
+    before = fetch_status(exporter.url).heartbeat
+    assert before is not None
+    assert before.training_since == before.started_at
+    guard, manager, _ = guarded_run(tmp_path, exporter)
+    try:
+        assert manager.restored_at is not None
+        assert manager.restored_at > before.started_at
+        beat = fetch_status(exporter.url).heartbeat
+        assert beat is not None
+        assert beat.training_since == manager.restored_at
+        assert beat.steps_completed == 0
+    finally:
+        manager.close()
+        guard.close()

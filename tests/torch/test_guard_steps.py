@@ -87,6 +87,10 @@ class RecordedCheckpoints:
     def pfs_condition(self) -> PfsCondition:
         return PfsCondition()
 
+    @property
+    def restored_at(self) -> datetime | None:
+        return None
+
 
 def params_finite(model: nn.Module) -> bool:
     return all(bool(torch.isfinite(p).all()) for p in model.parameters())

@@ -349,6 +349,10 @@ class AgentExporter:
         with self._parts_lock:
             self._parts = dataclasses.replace(self._parts, saved_request=request, saved_step=step)
 
+    def began_training(self, at: datetime) -> None:
+        """The restore finished at `at` (the heartbeat's start-up is measured from then)."""
+        self._heartbeat.began_training(at)
+
     def set_preflight(self, facts: PreflightFacts) -> None:
         """The run's start-up facts, shown in the status endpoint for the operator's checklist."""
         with self._parts_lock:

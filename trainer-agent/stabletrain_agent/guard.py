@@ -36,6 +36,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -117,6 +118,11 @@ class Checkpoints(Protocol):
 
     @property
     def pfs_condition(self) -> PfsState: ...
+
+    @property
+    def restored_at(self) -> datetime | None:
+        """When the restore finished (None before it): the start-up stall bound's origin."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -400,8 +406,16 @@ class Guard:
         Other nodes' parts reaching the PFS move no version here, and the training thread
         may be blocked in a collective for good (a peer just died): the operator plans that
         restart from this very scrape. Waits at most INVENTORY_REFRESH_WAIT_SECONDS.
+
+        Also tells the heartbeat when the manager's restore finished: the operator's
+        start-up stall bound counts from then, never through the restore.
         """
-        if self.checkpoints is None or not self._awaiting_pfs:
+        if self.checkpoints is None:
+            return
+        restored_at = self.checkpoints.restored_at
+        if restored_at is not None and self.exporter is not None:
+            self.exporter.began_training(restored_at)
+        if not self._awaiting_pfs:
             return
         deadline = time.monotonic() + INVENTORY_REFRESH_WAIT_SECONDS
         for _ in range(2):  # a scan already running may have begun before the copy landed

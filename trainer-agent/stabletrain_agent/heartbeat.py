@@ -80,6 +80,7 @@ class HeartbeatClock:
         self._rank = rank
         self._clock = clock
         self._started_at = clock()
+        self._training_since = self._started_at
         self._thread = thread if thread is not None else threading.get_ident()
         self._lock = threading.Lock()
         self._completed = 0
@@ -98,18 +99,25 @@ class HeartbeatClock:
             self._last_step = step
             self._last_at = now
 
+    def began_training(self, at: datetime) -> None:
+        """The process's restore finished at `at`: its start-up is measured from then on."""
+        with self._lock:
+            self._training_since = max(at, self._started_at)
+
     def read(self) -> Heartbeat:
         """The heartbeat as of now; safe from any thread, never blocks on training."""
         with self._lock:
             completed, last_step, last_at = self._completed, self._last_step, self._last_at
             stamps = tuple(self._stamps)
             thread = self._thread
+            training_since = self._training_since
         gaps = [max((b - a).total_seconds(), 0.0) for a, b in itertools.pairwise(stamps)]
         slowest = max(gaps) if gaps else None
         place, frame = classify(sys._current_frames().get(thread))
         return Heartbeat(
             rank=self._rank,
             started_at=self._started_at,
+            training_since=training_since,
             steps_completed=completed,
             last_step=last_step,
             last_step_at=last_at,

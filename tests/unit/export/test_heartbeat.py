@@ -105,6 +105,17 @@ def test_before_the_first_step_and_after_the_thread_ended() -> None:
     assert not ended.in_step
 
 
+def test_training_since_is_the_agents_start_until_the_restore_reports_its_end() -> None:
+    """The operator's start-up stall bound counts from here: never through a restore."""
+    fake = FakeClock()
+    clock = HeartbeatClock(rank=0, clock=fake)
+    assert clock.read().training_since == T0, "nothing restored: training began at the start"
+    clock.began_training(T0 + timedelta(seconds=42))
+    assert clock.read().training_since == T0 + timedelta(seconds=42)
+    clock.began_training(T0 - timedelta(seconds=5))
+    assert clock.read().training_since == T0, "never before this process's own start"
+
+
 def test_the_status_endpoint_answers_while_the_training_thread_is_blocked() -> None:
     source = DirectiveSource(
         attempt=0, initial=Directives.model_validate({"generation": 1, "attempt": 0})

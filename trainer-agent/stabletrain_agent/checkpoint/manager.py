@@ -30,6 +30,7 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -283,6 +284,9 @@ class CheckpointManager:
         """Retention runs after a save (finisher thread) and after a copy reached the PFS
         (replicator thread); one at a time."""
         self.last_blocking_s = 0.0
+        self.restored_at: datetime | None = None
+        """When `restore` returned (a checkpoint loaded, or none to load): the attempt's
+        training begins here, and the heartbeat's start-up bound counts from it."""
         self._changes = 0
         self.replicator: Replicator | None = None
         if self.is_node_leader:
@@ -592,7 +596,8 @@ class CheckpointManager:
         """Record this attempt's start in the fences: from now on older attempts are fenced.
 
         Also stage the state once: the stager keeps its CPU buffers per tensor, so the
-        allocation happens here and not inside the first save's blocking time.
+        allocation happens here and not inside the first save's blocking time. Then the
+        restore is over: `restored_at` is stamped.
         """
         if self.is_node_leader:
             advance_fence(self.config.local_dir, self.config.attempt, resume_step)
@@ -604,6 +609,7 @@ class CheckpointManager:
             except OSError as error:
                 log.warning("cannot record attempt start on the PFS: %s", error)
         self._stager.stage({name: obj.state_dict() for name, obj in self._state().items()})
+        self.restored_at = datetime.now(UTC)
         self._started = True
         self._changes += 1
 

@@ -159,7 +159,12 @@ class Heartbeat(ContractModel):
     rank: int = Field(ge=0)
     """Global rank of the process that serves (local rank 0 of the pod)."""
     started_at: AwareDatetime
-    """When this process's agent started: the attempt's start-up is measured from here."""
+    """When this process's agent started."""
+    training_since: AwareDatetime | None = None
+    """When this process began training: its checkpoint restore finished (or, with no
+    checkpoint manager, its agent started). The start-up stall bound counts from here, so
+    restore time never counts. Null from an agent older than this field: the operator then
+    does not judge the process before its warm-up steps, as before."""
     steps_completed: int = Field(default=0, ge=0)
     """Steps this process completed since it started (0 while it restores and warms up)."""
     last_step: int | None = Field(default=None, ge=0)

@@ -17,6 +17,7 @@ import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import torch
@@ -114,6 +115,10 @@ class FrameworkCheckpoints:
     @property
     def pfs_condition(self) -> PfsCondition:
         return self.manager.pfs_condition
+
+    @property
+    def restored_at(self) -> datetime | None:
+        return self.manager.restored_at
 
 
 @dataclass(frozen=True)
