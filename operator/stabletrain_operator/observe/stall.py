@@ -1,24 +1,38 @@
-"""Stalled: no rank of the job completed a step for the stall bound, or one fell behind
-and stopped while the others advance.
+"""Stalled: no rank of the job completed a step for the stall bound, one fell behind and
+stopped while the others advance, or a (re)launched process did not get through its first
+steps within the start-up bound.
 
 The operator decides from the heartbeats the agents serve off their training threads
 (stabletrain_agent.heartbeat). Idle time is measured on each agent's own clock (the answer's
 `updatedAt` minus its `lastStepAt`) plus the operator's time since that answer, so clock
 skew between nodes cannot fake or hide a stall.
 
-What does not count: a process before its `WARMUP_STEPS`-th completed step (restore,
-compilation, allocator and DDP bucket warm-up make the first steps of every (re)launch far
-slower than the rest; the rendezvous timeout bounds a start that never finishes), any
-moment at which a rank is inside a checkpoint save or restore, and a job none of whose
-agents answers: at the end of training every agent stops serving before its process and
-pod end, and the pods' end decides then. A silent agent while others still answer and
-wait is the culprit of their stall.
+Running ranks. The bound is `detection.stallSeconds` when set; otherwise it is sized from
+the job's own step time: `STALL_STEP_FACTOR` times the slowest recent step of any rank
+(saves included), never below `STALL_FLOOR_SECONDS`. For steps up to 48 s that is at most
+8 minutes, below torch's default process-group timeouts (10 minutes for NCCL, 30 minutes
+for gloo and the others), so a hang is acted on before torch's watchdog fires, if it fires
+at all.
 
-The bound is `detection.stallSeconds` when set; otherwise it is sized from the job's own
-step time: `STALL_STEP_FACTOR` times the slowest recent step of any rank (saves included),
-never below `STALL_FLOOR_SECONDS`. For steps up to 48 s that is at most 8 minutes, below
-torch's default process-group timeouts (10 minutes for NCCL, 30 minutes for gloo and the
-others), so a hang is acted on before torch's watchdog fires, if it fires at all.
+Starting ranks. A process before its `WARMUP_STEPS`-th completed step is not held to that
+bound: compilation, the allocator and DDP's bucket warm-up make the first steps of every
+(re)launch far slower than the rest. It is held to the start-up bound instead, counted from
+the heartbeat's `trainingSince` (when its checkpoint restore finished, or its agent started
+with nothing to restore), so restore time never counts: `WARMUP_STEPS` times
+`detection.stallSeconds` when set (each warm-up step gets the user's bound), else
+`STARTUP_FLOOR_SECONDS`. The default is fixed, not sized from step time, because a launch's
+own processes have no step time yet and the operator does not carry the previous attempt's
+across the relaunch. A rank hung in its first collective (a bad GPU or NIC) or a deadlocked
+loader is so caught even where torch's process-group timeout never fires. An agent older
+than `trainingSince` leaves starting processes unjudged, as before (the rendezvous timeout
+bounds only the rendezvous).
+
+What never counts: any moment at which a rank is inside a checkpoint save or restore (a
+save among the first steps still counts toward the start-up bound once it is over), a
+process whose training thread has ended, and a job none of whose agents answers: at the
+end of training every agent stops serving before its process and pod end, and the pods'
+end decides then. A silent agent while others still answer and wait is the culprit of
+their stall.
 """
 
 from __future__ import annotations
@@ -30,7 +44,13 @@ from datetime import datetime
 from stabletrain_agent.contract.channel import Heartbeat, ThreadPlace
 
 WARMUP_STEPS = 2
-"""Completed steps after which a process is judged: the first two of every launch are not."""
+"""Completed steps after which a process is held to the stall bound; before, to the
+start-up bound."""
+STARTUP_FLOOR_SECONDS = 600.0
+"""The start-up bound without `detection.stallSeconds`: nothing is known of the job's step
+time then, and a first launch may compile for minutes. Equal to NCCL's default
+process-group timeout, a third of gloo's, and the only bound on a start-up hang outside a
+collective (a deadlocked data loader), which no torch timeout ends."""
 STALL_FLOOR_SECONDS = 120.0
 """The smallest default bound: scrape jitter, a GC pause or a slow eval must not look hung."""
 STALL_STEP_FACTOR = 10.0
@@ -57,6 +77,15 @@ class RankProgress:
     silent: bool = False
     """The agent did not answer the latest scrape (a frozen or vanished process)."""
 
+    def starting_seconds(self, now: datetime) -> float | None:
+        """Seconds since this process began training (its restore finished); None from an
+        agent that does not report it."""
+        since = self.beat.training_since
+        if since is None:
+            return None
+        on_agent = (self.served_at - since).total_seconds()
+        return max(on_agent, 0.0) + max((now - self.answered_at).total_seconds(), 0.0)
+
     def idle_seconds(self, now: datetime) -> float | None:
         """Seconds since this rank last completed a step; None before its first."""
         if self.beat.last_step_at is None:
@@ -82,8 +111,8 @@ class StallVerdict:
     bound_seconds: float
     idle_seconds: float
     """Seconds since the newest step any rank completed (or the lagging rank's own)."""
-    last_step: int
-    """Newest step any rank completed."""
+    last_step: int | None
+    """Newest step any rank completed; None when no rank completed one since its launch."""
     culprits: tuple[StalledRank, ...]
     evidence: str
 
@@ -98,14 +127,64 @@ def stall_bound(stall_seconds: int | None, progress: Sequence[RankProgress]) -> 
     return max(STALL_FLOOR_SECONDS, STALL_STEP_FACTOR * max(slowest))
 
 
+def startup_bound(stall_seconds: int | None) -> float:
+    """Seconds a process may take from its restore to its `WARMUP_STEPS`-th step."""
+    if stall_seconds is not None:
+        return float(WARMUP_STEPS * stall_seconds)
+    return STARTUP_FLOOR_SECONDS
+
+
 def judge_stall(
     progress: Sequence[RankProgress], *, stall_seconds: int | None, now: datetime
 ) -> StallVerdict | None:
     """The verdict on one attempt's heartbeats, or None while it makes progress."""
-    judged = [p for p in progress if p.beat.steps_completed >= WARMUP_STEPS]
-    answering = [p for p in judged if not p.silent]
-    if not answering or any(p.beat.place is ThreadPlace.CHECKPOINT for p in progress):
+    if any(p.beat.place is ThreadPlace.CHECKPOINT for p in progress):
         return None
+    judged = [p for p in progress if p.beat.steps_completed >= WARMUP_STEPS]
+    if not any(not p.silent for p in judged):
+        starting = [p for p in progress if p.beat.steps_completed < WARMUP_STEPS]
+        return _judge_start_up(starting, stall_seconds=stall_seconds, now=now)
+    return _judge_running(judged, stall_seconds=stall_seconds, now=now)
+
+
+def _judge_start_up(
+    starting: Sequence[RankProgress], *, stall_seconds: int | None, now: datetime
+) -> StallVerdict | None:
+    """Processes none of which is past its warm-up steps: stalled once every answering one
+    has been training (restored) for the start-up bound without getting there."""
+    timed = [
+        p
+        for p in starting
+        if p.beat.training_since is not None and p.beat.place is not ThreadPlace.GONE
+    ]
+    since = {p.pod: p.starting_seconds(now) or 0.0 for p in timed}
+    answering = [since[p.pod] for p in timed if not p.silent]
+    if not answering:
+        return None
+    bound = startup_bound(stall_seconds)
+    youngest = min(answering)
+    if youngest < bound:
+        return None
+    culprits = _who_stopped_first(timed)
+    steps = [p.beat.last_step for p in timed if p.beat.last_step is not None]
+    where = "; ".join(
+        f"rank {p.beat.rank} (node {p.node}) {'silent' if p.silent else p.beat.place.value}"
+        f"{' at ' + p.beat.frame if p.beat.frame else ''}, {since[p.pod]:.0f} s since its "
+        f"restore, {p.beat.steps_completed} step(s) completed"
+        for p in timed
+    )
+    evidence = (
+        f"no rank completed its first {WARMUP_STEPS} steps within {bound:g} s of its restore "
+        f"(the start-up bound); {_names(culprits)}: {culprits[0].reason}. {where}"
+    )
+    return StallVerdict(bound, youngest, max(steps, default=None), culprits, evidence[:1024])
+
+
+def _judge_running(
+    judged: Sequence[RankProgress], *, stall_seconds: int | None, now: datetime
+) -> StallVerdict | None:
+    """Processes past their warm-up steps, at least one answering: held to the stall bound."""
+    answering = [p for p in judged if not p.silent]
     bound = stall_bound(stall_seconds, judged)
     if bound is None:
         return None
@@ -160,9 +239,15 @@ def _who_stopped_first(judged: Sequence[RankProgress]) -> tuple[StalledRank, ...
     oldest = min(p.beat.last_step or 0 for p in judged)
     late = [p for p in judged if (p.beat.last_step or 0) == oldest]
     if len(late) < len(judged):
-        return tuple(_culprit(p, f"last completed step {oldest} is the oldest", True) for p in late)
+        behind = (
+            f"last completed step {oldest} is the oldest"
+            if oldest
+            else ("completed no step since its launch while the others did")
+        )
+        return tuple(_culprit(p, behind, True) for p in late)
+    after = f"after step {oldest}" if oldest else "before a first step since the launch"
     reason = (
-        f"every rank waits inside torch after step {oldest}: the one that stopped first "
+        f"every rank waits inside torch {after}: the one that stopped first "
         "cannot be told apart (a fault between them, such as the network, or a device hang "
         "inside a collective)"
     )

@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from stabletrain_agent.contract.channel import Heartbeat, ThreadPlace
+from stabletrain_operator.observe.culprit import stall_suspects
 from stabletrain_operator.observe.stall import (
     MAX_STEP_LAG,
     STALL_FLOOR_SECONDS,
     STALL_STEP_FACTOR,
+    STARTUP_FLOOR_SECONDS,
+    WARMUP_STEPS,
     RankProgress,
     judge_stall,
     stall_bound,
+    startup_bound,
 )
 
 NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)
@@ -29,12 +34,15 @@ def rank(
     silent: bool = False,
     frame: str = "",
     skew: float = 0.0,
+    restored: float | None = None,
 ) -> RankProgress:
-    """Rank `number` on node-<number>, idle `idle` s; its clock runs `skew` s ahead."""
+    """Rank `number` on node-<number>, idle `idle` s, its restore over `restored` s ago (None:
+    an agent that does not report it); its clock runs `skew` s ahead."""
     agent_now = NOW + timedelta(seconds=skew)
     beat = Heartbeat(
         rank=number,
         started_at=agent_now - timedelta(hours=1),
+        training_since=None if restored is None else agent_now - timedelta(seconds=restored),
         steps_completed=completed,
         last_step=last_step,
         last_step_at=None if last_step is None else agent_now - timedelta(seconds=idle),
@@ -159,3 +167,107 @@ def test_the_default_bound_is_sized_from_the_slowest_recent_step_with_a_floor() 
     assert judge_stall(slow_steps, stall_seconds=None, now=NOW) is None
     hung = [rank(r, idle=STALL_FLOOR_SECONDS + 1, slowest=0.5) for r in (0, 1)]
     assert judge_stall(hung, stall_seconds=None, now=NOW) is not None
+
+
+def starting(
+    number: int, restored: float, *, place: ThreadPlace = ThreadPlace.TORCH, **options: Any
+) -> RankProgress:
+    """Rank `number` of a fresh (re)launch that has completed no step yet."""
+    fields: dict[str, Any] = {"last_step": None, "completed": 0, "slowest": None}
+    return rank(number, restored=restored, place=place, **{**fields, **options})
+
+
+HUNG_FRAME = "faults.py:75 before_step"
+STARTUP = WARMUP_STEPS * BOUND
+
+
+def test_a_rank_hung_in_its_first_step_after_a_relaunch_is_stalled_after_the_start_up_bound() -> (
+    None
+):
+    """Rank 1 sleeps in its own code before its first step; rank 0 waits for it in torch."""
+    ranks = [
+        starting(0, STARTUP + 1),
+        starting(1, STARTUP + 1, place=ThreadPlace.ELSEWHERE, frame=HUNG_FRAME),
+    ]
+    verdict = judge_stall(ranks, stall_seconds=BOUND, now=NOW)
+    assert verdict is not None
+    assert (verdict.bound_seconds, verdict.idle_seconds, verdict.last_step) == (
+        STARTUP,
+        STARTUP + 1,
+        None,
+    )
+    ((culprit),) = verdict.culprits
+    assert (culprit.rank, culprit.node, culprit.certain) == (1, "node-1", True)
+    assert HUNG_FRAME in culprit.reason
+    assert (
+        "rank 1 (node node-1) Elsewhere at faults.py:75 before_step, 21 s since its "
+        "restore, 0 step(s) completed" in verdict.evidence
+    ), verdict.evidence
+    ((suspect),) = stall_suspects(verdict)
+    assert (suspect.rank, suspect.node, suspect.avoid) == (1, "node-1", True)
+    earlier = [
+        starting(0, STARTUP - 1),
+        starting(1, STARTUP - 1, place=ThreadPlace.ELSEWHERE, frame=HUNG_FRAME),
+    ]
+    assert judge_stall(earlier, stall_seconds=BOUND, now=NOW) is None
+    later = NOW + timedelta(seconds=2)
+    assert judge_stall(earlier, stall_seconds=BOUND, now=later) is not None, (
+        "the operator's wait since the answer adds up"
+    )
+
+
+def test_a_hang_in_the_second_warm_up_step_is_judged_from_the_restore_too() -> None:
+    ranks = [
+        starting(0, STARTUP + 1, completed=1, last_step=101, idle=STARTUP - 3),
+        starting(1, STARTUP + 1, completed=1, last_step=101, idle=STARTUP - 3,
+                 place=ThreadPlace.ELSEWHERE, frame=HUNG_FRAME),
+    ]  # fmt: skip
+    verdict = judge_stall(ranks, stall_seconds=BOUND, now=NOW)
+    assert verdict is not None
+    assert verdict.last_step == 101
+    assert [c.rank for c in verdict.culprits] == [1]
+
+
+def test_a_slow_but_normal_start_is_not_stalled() -> None:
+    """Compilation and warm-up: the first steps take long, but end inside the bound."""
+    compiling = [starting(r, STARTUP - 1) for r in (0, 1)]
+    assert judge_stall(compiling, stall_seconds=BOUND, now=NOW) is None
+    one_done = [starting(r, STARTUP - 1, completed=1, last_step=1, idle=3.0) for r in (0, 1)]
+    assert judge_stall(one_done, stall_seconds=BOUND, now=NOW) is None
+    unset = [starting(r, STARTUP_FLOOR_SECONDS - 1) for r in (0, 1)]
+    assert judge_stall(unset, stall_seconds=None, now=NOW) is None
+    hung = [starting(r, STARTUP_FLOOR_SECONDS + 1) for r in (0, 1)]
+    verdict = judge_stall(hung, stall_seconds=None, now=NOW)
+    assert verdict is not None
+    assert [(c.rank, c.certain) for c in verdict.culprits] == [(0, False), (1, False)]
+    assert "before a first step since the launch" in verdict.culprits[0].reason
+
+
+def test_a_rank_inside_its_checkpoint_restore_is_not_stalled() -> None:
+    """While it restores, its start-up has not begun (trainingSince is still its agent's
+    start, an hour ago) and the other rank waits for it in torch."""
+    restoring = starting(1, 3600.0, place=ThreadPlace.CHECKPOINT, frame="manager.py:464 restore")
+    ranks = [starting(0, 3600.0), restoring]
+    assert judge_stall(ranks, stall_seconds=BOUND, now=NOW) is None
+    assert judge_stall(ranks, stall_seconds=None, now=NOW) is None
+
+
+def test_an_older_agent_without_training_since_keeps_its_start_unjudged() -> None:
+    ranks = [rank(r, last_step=None, completed=0, slowest=None) for r in (0, 1)]
+    assert judge_stall(ranks, stall_seconds=BOUND, now=NOW + timedelta(days=1)) is None
+
+
+def test_a_start_whose_training_ended_or_whose_agents_are_silent_is_not_stalled() -> None:
+    ended = [starting(r, STARTUP + 1, place=ThreadPlace.GONE) for r in (0, 1)]
+    assert judge_stall(ended, stall_seconds=BOUND, now=NOW) is None
+    silent = [starting(r, STARTUP + 1, silent=True) for r in (0, 1)]
+    assert judge_stall(silent, stall_seconds=BOUND, now=NOW) is None
+    one_silent = [starting(0, STARTUP + 1), starting(1, STARTUP + 1, silent=True)]
+    verdict = judge_stall(one_silent, stall_seconds=BOUND, now=NOW)
+    assert verdict is not None
+    assert [(c.rank, c.certain) for c in verdict.culprits] == [(1, True)]
+
+
+def test_the_start_up_bound_is_twice_stall_seconds_or_a_fixed_floor() -> None:
+    assert startup_bound(7) == WARMUP_STEPS * 7.0
+    assert startup_bound(None) == STARTUP_FLOOR_SECONDS

@@ -215,8 +215,10 @@ class DetectionConfig(ContractModel):
     """No rank completing a step for this long raises Stalled (decided by the operator from
     the agents' heartbeats). Null sizes it from the job's own step time: 10x the slowest
     recent step, at least 120 s, which for steps up to 48 s fires before torch's default
-    process-group timeouts (10 min NCCL, 30 min gloo). The first two steps of every launch
-    and checkpoint saves never count (docs/policy.md, Stalled)."""
+    process-group timeouts (10 min NCCL, 30 min gloo). Checkpoint saves and restores never
+    count. The first two steps of every launch are held to the start-up bound instead,
+    counted from the end of the process's restore: twice this value, or 600 s when null
+    (docs/policy.md, Stalled)."""
     custom: tuple[CustomSignalConfig, ...] = Field(
         default=(),
         max_length=16,
