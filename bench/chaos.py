@@ -31,7 +31,7 @@ from typing import Any
 
 from support.chaos.checks import check_checkpoints, orphans_after_delete
 from support.chaos.inject import KINDS, Injector
-from support.chaos.measure import incidents, measure_faults, summarize
+from support.chaos.measure import incidents, measure_faults, summarize, unattributed
 from support.chaos.plot import plot_chaos
 from support.chaos.report import (
     applied_lines,
@@ -40,6 +40,7 @@ from support.chaos.report import (
     fault_table,
     schedule_lines,
     summary_lines,
+    unattributed_lines,
     write_json,
 )
 from support.chaos.run import Applied, chaos_manifest, chaos_run, clean_run, pfs_dir
@@ -130,6 +131,7 @@ def run(args: argparse.Namespace, work: Path) -> int:
         found = incidents(chaos.recorder, chaos.run.status, chaos.run.logs, nodes=2)
         summary = summarize(clean, chaos.run, steps, [p for _, p, _ in chaos.recorder.phases()])
         results = measure_faults(chaos.applied, chaos.run, found, summary.pace)
+        stray = unattributed(chaos.applied, chaos.run, found)
         torn = [a.injected.target for a in chaos.applied
                 if a.injected is not None and a.planned.kind == "corrupt-checkpoint"]  # fmt: skip
         host_path = manifest["spec"]["checkpoints"]["local"]["hostPath"]
@@ -140,7 +142,9 @@ def run(args: argparse.Namespace, work: Path) -> int:
         for line in [
             *schedule_lines(plan, args.seed), "",
             *applied_lines(chaos.applied, chaos.run.first_step_at or chaos.run.created_at), "",
-            *fault_table(results), "", *breakdown_lines(results), "",
+            *fault_table(results), "",
+            *unattributed_lines(stray, chaos.run.first_step_at or chaos.run.created_at), "",
+            *breakdown_lines(results), "",
             *summary_lines(summary, results, checkpoints, [*clean_left, *orphans], load_note()),
         ]:  # fmt: skip
             say(line)
@@ -150,7 +154,8 @@ def run(args: argparse.Namespace, work: Path) -> int:
             "seed": args.seed, "steps": steps, "interval": args.interval,
             "plan": plan_json(plan),
             "injected": [applied_json(a, chaos.run.created_at) for a in chaos.applied],
-            "faults": results, "by_kind": breakdown(results), "summary": summary,
+            "faults": results, "unattributed": [d.entry for d in stray],
+            "by_kind": breakdown(results), "summary": summary,
             "ettr": summary.ettr, "checkpoints": checkpoints, "orphans": [*clean_left, *orphans],
             "final_phase": chaos.run.status.get("phase"),
             "rollback_history": chaos.run.status.get("rollbackHistory"),

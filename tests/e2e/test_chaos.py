@@ -18,8 +18,8 @@ from kubernetes import client
 
 from support.chaos.checks import check_checkpoints, orphans_after_delete
 from support.chaos.inject import Injector
-from support.chaos.measure import incidents, measure_faults
-from support.chaos.report import applied_lines, fault_table
+from support.chaos.measure import incidents, measure_faults, unattributed
+from support.chaos.report import applied_lines, fault_table, unattributed_lines
 from support.chaos.run import RECOVERY_PHASES, chaos_manifest, chaos_run, pfs_dir
 from support.chaos.schedule import explicit_schedule
 from support.controlplane import ControlPlane
@@ -67,8 +67,10 @@ def test_three_faults_one_mid_rollback_all_heal_with_the_actions_their_kinds_exp
                     timeout=420)  # fmt: skip
     found = incidents(ran.recorder, ran.run.status, ran.run.logs, nodes=2)
     results = measure_faults(ran.applied, ran.run, found, PACE_S)
-    print("\n" + "\n".join([*applied_lines(ran.applied, ran.run.first_step_at or 0.0),
-                            *fault_table(results)]))  # fmt: skip
+    clock = ran.run.first_step_at or 0.0
+    print("\n" + "\n".join([*applied_lines(ran.applied, clock), *fault_table(results),
+                            *unattributed_lines(unattributed(ran.applied, ran.run, found),
+                                                clock)]))  # fmt: skip
 
     status = ran.run.status
     why = {k: status.get(k) for k in ("conditions", "lastFailure", "rollbackHistory")}

@@ -3,9 +3,16 @@
 Everything comes from what the run left behind: the job's final status (rollbackHistory:
 each incident's action, signal and steps), the phases a Recorder saw with this host's clock
 (Stopping -> Planning -> Relaunching), the pods it saw Running, and the ranks' own step logs
-(the same clock). Each incident is laid at the door of one fault: the latest fault not yet
-explained, struck before the operator stopped the pods, whose kind expects that action
-(falling back to any such fault, so a wrong action shows as a mismatch, not a gap).
+(the same clock). Each incident that stopped the pods is laid at the door of one fault: the
+latest fault not yet explained, struck before the operator stopped the pods, whose kind
+expects that action (falling back to any such fault, so a wrong action shows as a mismatch,
+not a gap).
+
+A live decision (Alert, ReduceLR: nothing stops) is a detector's answer to what the last
+steps looked like, so it belongs to a fault only if it came within LIVE_WINDOW_S of that
+fault striking or ending; the quiet kinds accept an Alert as their action (no restart is
+what they need). A live decision with no fault in its window is reported apart, as
+attributed to no fault: it fails no fault, and a person reads it.
 """
 
 from __future__ import annotations
@@ -21,12 +28,19 @@ from pathlib import Path
 from typing import Any
 
 from support.chaos.run import RECOVERY_PHASES, Applied, RunResult
-from support.chaos.schedule import expected_action
+from support.chaos.schedule import QUIET_KINDS, expected_action
 from support.timeline import Recorder
 from support.tinygpt import StepLogs, finite
 
 Json = dict[str, Any]
 RELAUNCHING_ACTIONS = ("Rollback", "RestartFromLatest")
+LIVE_ACTIONS = ("Alert", "ReduceLR")
+"""Decisions the pods carry out while they train: nothing is stopped or relaunched."""
+LIVE_WINDOW_S = 60.0
+"""How long after a fault struck (or, for a timed one, ended) a live decision may be its
+answer. The detectors judge the last few dozen steps (ThroughputDrop: 20 steps of grace,
+then 10 slow ones in a row), a few seconds at the chaos run's pace, plus a scrape: a
+minute is generous, and a decision later than that answers something else."""
 QUIET_WINDOW_S = 60.0
 """How long after a fault the run rides through its step gaps are looked at."""
 FINAL_STEPS = 50
@@ -49,15 +63,32 @@ class Incident:
     restored_step: int | None
     restores: dict[int, Json] = field(default_factory=dict)
     """Rank -> the relaunched attempt's start record (restored_step, restored_from)."""
+    decided_at: float | None = None
+    """When the operator decided (the record's time): what places an action that stopped
+    nothing (Alert, ReduceLR, Fail)."""
 
     @property
     def action(self) -> str:
         return str(self.entry.get("action", ""))
 
     @property
+    def live(self) -> bool:
+        return self.action in LIVE_ACTIONS
+
+    @property
     def at(self) -> float:
-        """When the operator acted: the Stopping it was seen entering."""
-        return self.stopping_at if self.stopping_at is not None else math.inf
+        """When the operator acted: the Stopping it was seen entering, else its record's time."""
+        if self.stopping_at is not None:
+            return self.stopping_at
+        return self.decided_at if self.decided_at is not None else math.inf
+
+    def describe(self, clock: float) -> str:
+        """One line: the action, its signal, its step and when (seconds on `clock`)."""
+        when = "-" if math.isinf(self.at) else f"{self.at - clock:.1f}"
+        return (
+            f"{self.action} on {self.entry.get('signal')} at step {self.entry.get('fromStep')}"
+            f" ({when} s)"
+        )
 
     @property
     def steps_lost(self) -> int | None:
@@ -75,7 +106,8 @@ def incidents(recorder: Recorder, status: Json, logs: StepLogs, nodes: int) -> l
     found: list[Incident] = []
     for entry in status.get("rollbackHistory") or []:
         if entry.get("action") not in RELAUNCHING_ACTIONS:
-            found.append(Incident(entry, None, None, None, None, None, None, None))
+            decided = _entry_time(entry)
+            found.append(Incident(entry, None, None, None, None, None, None, None, {}, decided))
             continue
         launched = int(entry["attempt"])
         stopping = next(
@@ -83,8 +115,8 @@ def incidents(recorder: Recorder, status: Json, logs: StepLogs, nodes: int) -> l
              if phase == "Stopping" and int(state.get("attempt", -1)) == launched - 1),
             None,
         )  # fmt: skip
-        if stopping is None and entry.get("time"):  # not seen (the API server was down)
-            stopping = datetime.fromisoformat(str(entry["time"]).replace("Z", "+00:00")).timestamp()
+        if stopping is None:  # not seen (the API server was down)
+            stopping = _entry_time(entry)
         base = stopping if stopping is not None else 0.0
         steps = logs.steps(launched)
         reached = [r["step"] for rank in range(nodes) for r in logs.steps(launched - 1, rank)]
@@ -112,6 +144,12 @@ def incidents(recorder: Recorder, status: Json, logs: StepLogs, nodes: int) -> l
             )
         )
     return found
+
+
+def _entry_time(entry: Json) -> float | None:
+    if not entry.get("time"):
+        return None
+    return datetime.fromisoformat(str(entry["time"]).replace("Z", "+00:00")).timestamp()
 
 
 def struck_at(applied: Applied, logs: StepLogs, incident: Incident | None = None) -> float:
@@ -198,29 +236,84 @@ def picked_corrupt(copy: tuple[str, int, str], incident: Incident) -> bool:
     )  # fmt: skip
 
 
-def measure_faults(
-    applied: Sequence[Applied], run: RunResult, found: list[Incident], pace: float
-) -> list[FaultResult]:
-    """One result per planned fault, in plan order."""
+def accepts(kind: str, action: str) -> bool:
+    """Whether `action` is the right answer to a fault of `kind`: the one its kind expects,
+    or an Alert for a quiet kind (it restarted nothing, which is all a quiet fault needs)."""
+    return action == expected_action(kind) or (kind in QUIET_KINDS and action == "Alert")
+
+
+@dataclass
+class Attribution:
+    owner: dict[int, Incident] = field(default_factory=dict)
+    """Fault index -> the incident laid at its door."""
+    also: dict[int, list[Incident]] = field(default_factory=dict)
+    """Fault index -> live decisions in its window after it already had its answer."""
+    unattributed: list[Incident] = field(default_factory=list)
+    """Live decisions within LIVE_WINDOW_S of no fault."""
+
+
+def ended_at(applied: Applied, logs: StepLogs, incident: Incident | None = None) -> float:
+    """When the fault was over: a timed one's end, any other when it struck."""
+    assert applied.injected is not None
+    at = struck_at(applied, logs, incident)
+    until = applied.injected.until
+    return max(at, until) if until is not None else at
+
+
+def attribute(applied: Sequence[Applied], run: RunResult, found: list[Incident]) -> Attribution:
+    """Which fault each incident answers (see the module docstring)."""
     struck = [a for a in applied if a.injected is not None]
-    owner: dict[int, Incident] = {}
-    claimed: set[int] = set()
-    for incident in sorted(found, key=lambda i: i.at):
+    result = Attribution()
+    for incident in sorted((i for i in found if not i.live), key=lambda i: i.at):
         before = [
             a for a in struck
-            if a.planned.index not in claimed and struck_at(a, run.logs, incident) <= incident.at
+            if a.planned.index not in result.owner
+            and struck_at(a, run.logs, incident) <= incident.at
         ]  # fmt: skip
         fits = [a for a in before if expected_action(a.planned.kind) == incident.action]
         restarting = [a for a in before if expected_action(a.planned.kind)]
         pool = fits or restarting or before
         if pool:
             chosen = max(pool, key=lambda a: struck_at(a, run.logs, incident))
-            owner[chosen.planned.index] = incident
-            claimed.add(chosen.planned.index)
+            result.owner[chosen.planned.index] = incident
+    for incident in sorted((i for i in found if i.live), key=lambda i: i.at):
+        near = [
+            a for a in struck
+            if struck_at(a, run.logs) <= incident.at <= ended_at(a, run.logs) + LIVE_WINDOW_S
+        ]  # fmt: skip
+        if not near:
+            result.unattributed.append(incident)
+            continue
+        free = [a for a in near if a.planned.index not in result.owner]
+        fits = [a for a in free if accepts(a.planned.kind, incident.action)]
+        chosen = max(fits or free or near, key=lambda a: struck_at(a, run.logs))
+        if chosen.planned.index in result.owner:
+            result.also.setdefault(chosen.planned.index, []).append(incident)
+        else:
+            result.owner[chosen.planned.index] = incident
+    return result
+
+
+def measure_faults(
+    applied: Sequence[Applied], run: RunResult, found: list[Incident], pace: float
+) -> list[FaultResult]:
+    """One result per planned fault, in plan order."""
+    laid = attribute(applied, run, found)
     results = []
     for item in applied:
-        results.append(_result(item, owner.get(item.planned.index), run, found, pace))
+        index = item.planned.index
+        result = _result(item, laid.owner.get(index), run, found, pace)
+        for other in laid.also.get(index, []):
+            result.note += f"; also {other.describe(run.first_step_at or run.created_at)}"
+        results.append(result)
     return results
+
+
+def unattributed(
+    applied: Sequence[Applied], run: RunResult, found: list[Incident]
+) -> list[Incident]:
+    """The live decisions no fault explains (within LIVE_WINDOW_S of none)."""
+    return attribute(applied, run, found).unattributed
 
 
 def _result(
@@ -246,6 +339,14 @@ def _result(
         )  # fmt: skip
         if not expected and item.phase not in RECOVERY_PHASES:
             result.pause_s = _gap_after(run.logs, injected.at, pace)
+    elif incident.live:
+        result.matched = accepts(kind, incident.action)
+        at = struck_at(item, run.logs, incident)
+        result.detect_s = _minus(incident.decided_at, at)
+        result.note = (
+            f"{incident.entry.get('signal')} at step {incident.entry.get('fromStep')}, "
+            f"live (nothing stopped)"
+        )
     else:
         result.matched = incident.action == expected
         at = struck_at(item, run.logs, incident)

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from support.chaos.checks import CheckpointReport
-from support.chaos.measure import FaultResult, Summary
+from support.chaos.measure import LIVE_WINDOW_S, FaultResult, Incident, Summary
 from support.chaos.run import Applied
 from support.chaos.schedule import Planned
 
@@ -63,6 +63,17 @@ def fault_table(results: Sequence[FaultResult]) -> list[str]:
             f" {_s(r.lost_s):>6} {_s(r.pause_s):>5}  {r.note}"
         )
     return lines
+
+
+def unattributed_lines(decisions: Sequence[Incident], clock: float) -> list[str]:
+    """The live decisions no fault explains: shown, never counted against a fault."""
+    if not decisions:
+        return ["live decisions attributed to no fault: none"]
+    return [
+        f"live decisions attributed to no fault (none struck or ended within "
+        f"{LIVE_WINDOW_S:.0f} s before; s after the chaos job's first step):",
+        *(f"  {d.describe(clock)}" for d in decisions),
+    ]
 
 
 def breakdown(results: Sequence[FaultResult]) -> dict[str, dict[str, float | None]]:

@@ -4,11 +4,19 @@ step logs and phase times written here by hand."""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from support.chaos.inject import Injected
-from support.chaos.measure import Incident, measure_faults, summarize
+from support.chaos.measure import (
+    LIVE_WINDOW_S,
+    Incident,
+    measure_faults,
+    summarize,
+    unattributed,
+)
+from support.chaos.report import unattributed_lines
 from support.chaos.run import Applied, RunResult
 from support.chaos.schedule import explicit_schedule
 from support.tinygpt import StepLogs
@@ -76,6 +84,68 @@ def test_a_kill_owns_the_restart_an_operator_kill_during_it_and_a_read_only_pfs_
     assert "mid-recovery (Stopping)" in operator.note
     assert (pfs.action, pfs.matched, pfs.note) == ("", True, "ridden through, no restart")
     assert pfs.pause_s is not None
+
+
+def live(at: float, action: str = "Alert", signal: str = "ThroughputDrop") -> Incident:
+    """A decision the pods carried out while training (nothing stopped), decided at `at`."""
+    entry = {"action": action, "attempt": 1, "signal": signal, "fromStep": 180,
+             "time": datetime.fromtimestamp(at, UTC).isoformat()}  # fmt: skip
+    return Incident(entry, None, None, None, None, None, None, None, decided_at=at)
+
+
+def read_only_pfs() -> list[Applied]:
+    """The PFS read-only from T0 + 5 s to T0 + 65 s."""
+    (planned,) = explicit_schedule([("pfs-readonly", 5)])
+    injected = Injected("pfs-readonly", T0 + 5.0, "pfs claim ns/pfs", "", T0 + 65.0)
+    return [Applied(planned, injected, phase="Running")]
+
+
+def test_a_throughput_alert_long_after_a_read_only_pfs_is_attributed_to_no_fault(
+    tmp_path: Path,
+) -> None:
+    """The last make chaos run pinned such an Alert on the PFS outage (ok NO)."""
+    run = a_run(tmp_path)
+    alert = live(T0 + 65.0 + 300.0)
+    (pfs,) = measure_faults(read_only_pfs(), run, [alert], pace=0.1)
+    assert (pfs.action, pfs.matched, pfs.note) == ("", True, "ridden through, no restart")
+    assert unattributed(read_only_pfs(), run, [alert]) == [alert]
+    lines = unattributed_lines([alert], clock=T0)
+    assert "attributed to no fault" in lines[0]
+    assert lines[1:] == ["  Alert on ThroughputDrop at step 180 (365.0 s)"]
+    assert unattributed_lines([], clock=T0) == ["live decisions attributed to no fault: none"]
+
+
+def test_an_alert_within_the_window_after_a_quiet_fault_ended_is_its_matching_action(
+    tmp_path: Path,
+) -> None:
+    run = a_run(tmp_path)
+    inside = live(T0 + 65.0 + LIVE_WINDOW_S - 1.0)
+    (pfs,) = measure_faults(read_only_pfs(), run, [inside], pace=0.1)
+    assert (pfs.action, pfs.matched) == ("Alert", True), pfs.note
+    assert pfs.detect_s == 65.0 + LIVE_WINDOW_S - 1.0 - 5.0
+    assert "ThroughputDrop at step 180, live" in pfs.note
+    assert unattributed(read_only_pfs(), run, [inside]) == []
+    past = live(T0 + 65.0 + LIVE_WINDOW_S + 1.0)
+    assert unattributed(read_only_pfs(), run, [past]) == [past]
+    before = live(T0 + 4.0)
+    assert unattributed(read_only_pfs(), run, [before]) == [before], "before it struck"
+
+
+def test_a_reduce_lr_is_not_a_quiet_faults_action_and_a_live_decision_never_takes_a_restart(
+    tmp_path: Path,
+) -> None:
+    run = a_run(tmp_path)
+    (pfs,) = measure_faults(read_only_pfs(), run, [live(T0 + 30.0, "ReduceLR", "LossSpike")], 0.1)
+    assert (pfs.action, pfs.matched) == ("ReduceLR", False)
+    plan = explicit_schedule([("kill", 10)])
+    kill = [Applied(plan[0], Injected("kill", T0 + 10.0, "rank 1", ""), phase="Running")]
+    alert = live(T0 + 20.0)
+    (result,) = measure_faults(kill, run, [restart(50), alert], pace=0.1)
+    assert (result.action, result.matched) == ("RestartFromLatest", True)
+    assert "also Alert on ThroughputDrop at step 180 (19.9 s)" in result.note, (
+        "seconds after the first step"
+    )
+    assert unattributed(kill, run, [restart(50), alert]) == []
 
 
 def test_a_restart_with_no_crash_before_it_is_a_mismatch_of_the_quiet_fault(tmp_path: Path) -> None:
