@@ -19,13 +19,13 @@ bound: compilation, the allocator and DDP's bucket warm-up make the first steps 
 (re)launch far slower than the rest. It is held to the start-up bound instead, counted from
 the heartbeat's `trainingSince` (when its checkpoint restore finished, or its agent started
 with nothing to restore), so restore time never counts: `WARMUP_STEPS` times
-`detection.stallSeconds` when set (each warm-up step gets the user's bound), else
-`STARTUP_FLOOR_SECONDS`. The default is fixed, not sized from step time, because a launch's
-own processes have no step time yet and the operator does not carry the previous attempt's
-across the relaunch. A rank hung in its first collective (a bad GPU or NIC) or a deadlocked
-loader is so caught even where torch's process-group timeout never fires. An agent older
-than `trainingSince` leaves starting processes unjudged, as before (the rendezvous timeout
-bounds only the rendezvous).
+`detection.stallSeconds` when set (each warm-up step gets the user's bound), never below
+`STARTUP_MIN_SECONDS`, else `STARTUP_FLOOR_SECONDS`. The default is fixed, not sized from
+step time, because a launch's own processes have no step time yet and the operator does not
+carry the previous attempt's across the relaunch. A rank hung in its first collective (a
+bad GPU or NIC) or a deadlocked loader is so caught even where torch's process-group
+timeout never fires. An agent older than `trainingSince` leaves starting processes
+unjudged, as before (the rendezvous timeout bounds only the rendezvous).
 
 What never counts: any moment at which a rank is inside a checkpoint save or restore (a
 save among the first steps still counts toward the start-up bound once it is over), a
@@ -46,6 +46,11 @@ from stabletrain_agent.contract.channel import Heartbeat, ThreadPlace
 WARMUP_STEPS = 2
 """Completed steps after which a process is held to the stall bound; before, to the
 start-up bound."""
+STARTUP_MIN_SECONDS = 30.0
+"""The least start-up bound, whatever `detection.stallSeconds` says: a bound sized for steady
+steps (the e2e tests use 5 s) would trip on the first steps of a small model on a loaded
+machine (tests/e2e/test_hangs.py saw the tiny GPT's steps take up to 3.1 s at load 15, plus
+its slow rank's 1.5 s sleep), warm-up that is no hang."""
 STARTUP_FLOOR_SECONDS = 600.0
 """The start-up bound without `detection.stallSeconds`: nothing is known of the job's step
 time then, and a first launch may compile for minutes. Equal to NCCL's default
@@ -130,7 +135,7 @@ def stall_bound(stall_seconds: int | None, progress: Sequence[RankProgress]) -> 
 def startup_bound(stall_seconds: int | None) -> float:
     """Seconds a process may take from its restore to its `WARMUP_STEPS`-th step."""
     if stall_seconds is not None:
-        return float(WARMUP_STEPS * stall_seconds)
+        return max(float(WARMUP_STEPS * stall_seconds), STARTUP_MIN_SECONDS)
     return STARTUP_FLOOR_SECONDS
 
 

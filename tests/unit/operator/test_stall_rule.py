@@ -12,6 +12,7 @@ from stabletrain_operator.observe.stall import (
     STALL_FLOOR_SECONDS,
     STALL_STEP_FACTOR,
     STARTUP_FLOOR_SECONDS,
+    STARTUP_MIN_SECONDS,
     WARMUP_STEPS,
     RankProgress,
     judge_stall,
@@ -178,7 +179,9 @@ def starting(
 
 
 HUNG_FRAME = "faults.py:75 before_step"
-STARTUP = WARMUP_STEPS * BOUND
+START_BOUND = 20
+"""detection.stallSeconds of the start-up tests: 2 x 20 s is above STARTUP_MIN_SECONDS."""
+STARTUP = WARMUP_STEPS * START_BOUND
 
 
 def test_a_rank_hung_in_its_first_step_after_a_relaunch_is_stalled_after_the_start_up_bound() -> (
@@ -189,7 +192,7 @@ def test_a_rank_hung_in_its_first_step_after_a_relaunch_is_stalled_after_the_sta
         starting(0, STARTUP + 1),
         starting(1, STARTUP + 1, place=ThreadPlace.ELSEWHERE, frame=HUNG_FRAME),
     ]
-    verdict = judge_stall(ranks, stall_seconds=BOUND, now=NOW)
+    verdict = judge_stall(ranks, stall_seconds=START_BOUND, now=NOW)
     assert verdict is not None
     assert (verdict.bound_seconds, verdict.idle_seconds, verdict.last_step) == (
         STARTUP,
@@ -200,7 +203,7 @@ def test_a_rank_hung_in_its_first_step_after_a_relaunch_is_stalled_after_the_sta
     assert (culprit.rank, culprit.node, culprit.certain) == (1, "node-1", True)
     assert HUNG_FRAME in culprit.reason
     assert (
-        "rank 1 (node node-1) Elsewhere at faults.py:75 before_step, 21 s since its "
+        "rank 1 (node node-1) Elsewhere at faults.py:75 before_step, 41 s since its "
         "restore, 0 step(s) completed" in verdict.evidence
     ), verdict.evidence
     ((suspect),) = stall_suspects(verdict)
@@ -209,9 +212,9 @@ def test_a_rank_hung_in_its_first_step_after_a_relaunch_is_stalled_after_the_sta
         starting(0, STARTUP - 1),
         starting(1, STARTUP - 1, place=ThreadPlace.ELSEWHERE, frame=HUNG_FRAME),
     ]
-    assert judge_stall(earlier, stall_seconds=BOUND, now=NOW) is None
+    assert judge_stall(earlier, stall_seconds=START_BOUND, now=NOW) is None
     later = NOW + timedelta(seconds=2)
-    assert judge_stall(earlier, stall_seconds=BOUND, now=later) is not None, (
+    assert judge_stall(earlier, stall_seconds=START_BOUND, now=later) is not None, (
         "the operator's wait since the answer adds up"
     )
 
@@ -222,7 +225,7 @@ def test_a_hang_in_the_second_warm_up_step_is_judged_from_the_restore_too() -> N
         starting(1, STARTUP + 1, completed=1, last_step=101, idle=STARTUP - 3,
                  place=ThreadPlace.ELSEWHERE, frame=HUNG_FRAME),
     ]  # fmt: skip
-    verdict = judge_stall(ranks, stall_seconds=BOUND, now=NOW)
+    verdict = judge_stall(ranks, stall_seconds=START_BOUND, now=NOW)
     assert verdict is not None
     assert verdict.last_step == 101
     assert [c.rank for c in verdict.culprits] == [1]
@@ -231,9 +234,9 @@ def test_a_hang_in_the_second_warm_up_step_is_judged_from_the_restore_too() -> N
 def test_a_slow_but_normal_start_is_not_stalled() -> None:
     """Compilation and warm-up: the first steps take long, but end inside the bound."""
     compiling = [starting(r, STARTUP - 1) for r in (0, 1)]
-    assert judge_stall(compiling, stall_seconds=BOUND, now=NOW) is None
+    assert judge_stall(compiling, stall_seconds=START_BOUND, now=NOW) is None
     one_done = [starting(r, STARTUP - 1, completed=1, last_step=1, idle=3.0) for r in (0, 1)]
-    assert judge_stall(one_done, stall_seconds=BOUND, now=NOW) is None
+    assert judge_stall(one_done, stall_seconds=START_BOUND, now=NOW) is None
     unset = [starting(r, STARTUP_FLOOR_SECONDS - 1) for r in (0, 1)]
     assert judge_stall(unset, stall_seconds=None, now=NOW) is None
     hung = [starting(r, STARTUP_FLOOR_SECONDS + 1) for r in (0, 1)]
@@ -248,26 +251,29 @@ def test_a_rank_inside_its_checkpoint_restore_is_not_stalled() -> None:
     start, an hour ago) and the other rank waits for it in torch."""
     restoring = starting(1, 3600.0, place=ThreadPlace.CHECKPOINT, frame="manager.py:464 restore")
     ranks = [starting(0, 3600.0), restoring]
-    assert judge_stall(ranks, stall_seconds=BOUND, now=NOW) is None
+    assert judge_stall(ranks, stall_seconds=START_BOUND, now=NOW) is None
     assert judge_stall(ranks, stall_seconds=None, now=NOW) is None
 
 
 def test_an_older_agent_without_training_since_keeps_its_start_unjudged() -> None:
     ranks = [rank(r, last_step=None, completed=0, slowest=None) for r in (0, 1)]
-    assert judge_stall(ranks, stall_seconds=BOUND, now=NOW + timedelta(days=1)) is None
+    assert judge_stall(ranks, stall_seconds=START_BOUND, now=NOW + timedelta(days=1)) is None
 
 
 def test_a_start_whose_training_ended_or_whose_agents_are_silent_is_not_stalled() -> None:
     ended = [starting(r, STARTUP + 1, place=ThreadPlace.GONE) for r in (0, 1)]
-    assert judge_stall(ended, stall_seconds=BOUND, now=NOW) is None
+    assert judge_stall(ended, stall_seconds=START_BOUND, now=NOW) is None
     silent = [starting(r, STARTUP + 1, silent=True) for r in (0, 1)]
-    assert judge_stall(silent, stall_seconds=BOUND, now=NOW) is None
+    assert judge_stall(silent, stall_seconds=START_BOUND, now=NOW) is None
     one_silent = [starting(0, STARTUP + 1), starting(1, STARTUP + 1, silent=True)]
-    verdict = judge_stall(one_silent, stall_seconds=BOUND, now=NOW)
+    verdict = judge_stall(one_silent, stall_seconds=START_BOUND, now=NOW)
     assert verdict is not None
     assert [(c.rank, c.certain) for c in verdict.culprits] == [(1, True)]
 
 
-def test_the_start_up_bound_is_twice_stall_seconds_or_a_fixed_floor() -> None:
-    assert startup_bound(7) == WARMUP_STEPS * 7.0
+def test_the_start_up_bound_is_twice_stall_seconds_at_least_a_minimum_or_a_fixed_floor() -> None:
+    assert startup_bound(START_BOUND) == WARMUP_STEPS * START_BOUND
+    assert startup_bound(5) == STARTUP_MIN_SECONDS, "2 x 5 s is below the minimum"
     assert startup_bound(None) == STARTUP_FLOOR_SECONDS
+    warming = [starting(r, STARTUP_MIN_SECONDS - 1) for r in (0, 1)]
+    assert judge_stall(warming, stall_seconds=5, now=NOW) is None

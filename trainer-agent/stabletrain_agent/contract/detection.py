@@ -217,8 +217,8 @@ class DetectionConfig(ContractModel):
     recent step, at least 120 s, which for steps up to 48 s fires before torch's default
     process-group timeouts (10 min NCCL, 30 min gloo). Checkpoint saves and restores never
     count. The first two steps of every launch are held to the start-up bound instead,
-    counted from the end of the process's restore: twice this value, or 600 s when null
-    (docs/policy.md, Stalled)."""
+    counted from the end of the process's restore: twice this value but at least 30 s, or
+    600 s when null (docs/policy.md, Stalled)."""
     custom: tuple[CustomSignalConfig, ...] = Field(
         default=(),
         max_length=16,
