@@ -3,8 +3,10 @@
 A hung rank keeps its agent answering (the heartbeat is served off the training thread)
 and says where it is stuck; the operator raises Stalled within stallSeconds of the last
 completed step, pins it on that rank and its node, and relaunches from the latest
-checkpoint onto the third node. A rank that is only slow is never stalled. A node that
-kills whatever runs on it is put on the job's suspect list, and the relaunch avoids it.
+checkpoint onto the third node. A rank that hangs in the first step of a relaunched attempt
+is stalled once the start-up bound (30 s from its restore here) is over, not left to
+torch's process-group timeout. A rank that is only slow is never stalled. A node that kills
+whatever runs on it is put on the job's suspect list, and the relaunch avoids it.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from kubernetes import client
 
 from stabletrain_operator.api.spec import default_rules
 from stabletrain_operator.naming import ATTEMPT_LABEL, RANK_LABEL
+from stabletrain_operator.observe.stall import WARMUP_STEPS, startup_bound
+from support.chaos.inject import FAULT_SUBDIR, read_marker, write_trigger
 from support.controlplane import ControlPlane
 from support.localnode import LocalCluster
 from support.operator import Jobs, OperatorProcess
@@ -139,6 +143,53 @@ def test_a_hung_rank_is_stalled_pinned_on_its_node_and_relaunched_elsewhere(
     rules = [r.model_dump(mode="json", by_alias=True) for r in default_rules()]
     (expected,) = expected_decisions(done, rules)
     assert [{key: d[key] for key in expected} for d in decisions] == [expected], decisions
+
+
+@pytest.mark.chaos
+@pytest.mark.usefixtures("operator")
+def test_a_rank_hung_in_the_first_step_of_a_relaunch_is_stalled_after_the_start_up_bound(
+    jobs: Jobs, job_namespace: str, local_cluster: LocalCluster, api_client: client.ApiClient
+) -> None:
+    """Rank 1 dies at step 8 (attempt 0); the hang trigger is dropped while that attempt
+    stops, so only the relaunched rank 1 can claim it, before its first or second step.
+    Before the start-up bound such a rank was never judged: the job sat in gloo's
+    30-minute timeout. Three launches and the 30 s bound take 2.5 to 3 minutes (146 and
+    169 s measured), over what `make test` can spend: marked `chaos` (-m chaos); the rule
+    itself is unit-tested in tests/unit/operator/test_stall_rule.py."""
+    env = {"TINYGPT_STEPS": "20", "TINYGPT_KILL_AT": "8", "TINYGPT_KILL_RANK": "1"}
+    fault_dir = local_cluster.shared_dir / job_namespace / "pfs" / FAULT_SUBDIR
+    with Recorder(api_client, job_namespace, "starthang") as recorder:
+        jobs.create(_manifest("starthang", env))
+        jobs.wait("starthang", lambda s: s.get("phase") == "Stopping" or finished(s), 180,
+                  "the killed rank to stop attempt 0")  # fmt: skip
+        write_trigger(fault_dir, "start-hang", {"kind": "hang", "rank": 1})
+        done = jobs.wait("starthang", finished, 300, "the hang to be stalled and the job to end")
+    assert done["phase"] == "Succeeded", done.get("conditions")
+    killed, stall = done["rollbackHistory"]
+    assert (killed["signal"], stall["signal"], stall["action"]) == (
+        "WorkerFailure",
+        "Stalled",
+        "RestartFromLatest",
+    ), done["rollbackHistory"]
+    marker = read_marker(fault_dir, "start-hang")
+    assert marker is not None
+    assert (marker["attempt"], marker["rank"]) == (1, 1), marker
+    resumed = killed["toStep"]
+    assert resumed < marker["step"] <= resumed + WARMUP_STEPS, (resumed, marker)
+    hung_node = placed(recorder, 1)[1]
+    assert [(s["rank"], s["node"], s["avoid"]) for s in stall["suspects"]] == [
+        (1, hung_node, True)
+    ], stall["suspects"]
+    assert "faults.py" in stall["suspects"][0]["reason"]
+    assert hung_node in [n["node"] for n in done["suspectNodes"]]
+    stops = [at for at, phase, _ in recorder.phases() if phase == "Stopping"]
+    latency = stops[1] - float(marker["time"])
+    bound = startup_bound(STALL_SECONDS)
+    print(f"\nstart-up hang at step {marker['step']} of attempt 1 -> Stopping in "
+          f"{latency:.1f} s (start-up bound {bound} s from the restore; torch's gloo "
+          "timeout 1800 s)")  # fmt: skip
+    assert latency <= bound + 5, latency
+    assert StepLogs(local_cluster.shared_dir, job_namespace).steps(2)[-1]["step"] == 20
 
 
 def test_a_slow_rank_that_keeps_stepping_is_never_stalled(
