@@ -30,7 +30,7 @@ from stabletrain_operator.api.constants import Phase
 from stabletrain_operator.api.spec import StableTrainingJobSpec
 from stabletrain_operator.api.status import StableTrainingJobStatus, SuspectNode
 from stabletrain_operator.jobview import JobView, Source, parse, source, write_needed
-from stabletrain_operator.kube import HTTP_CONFLICT, Kube, StaleStatusError
+from stabletrain_operator.kube import HTTP_CONFLICT, Kube, StaleStatusError, each
 from stabletrain_operator.machine import Launch, Step, World, advance
 from stabletrain_operator.observe.pacing import FAST_INTERVAL_SECONDS, ScrapePacer
 from stabletrain_operator.observe.pods import PodFacts, PodState
@@ -257,18 +257,19 @@ def launch(kube: Kube, job: pods.JobRef, spec: StableTrainingJobSpec, plan: Laun
         _log.info("job %s: attempt %d avoids suspect node(s) %s (%s)", job.name,
                   plan.directives.attempt, ", ".join(plan.avoid_nodes),
                   "required" if required else "preferred")  # fmt: skip
-    for rank in range(spec.workers.nodes):
-        preferred = plan.preferred_nodes[rank] if rank < len(plan.preferred_nodes) else None
-        pod = pods.build_pod(
+    attempt_pods = [
+        pods.build_pod(
             spec,
             job,
             plan.directives.attempt,
             rank,
-            preferred,
+            plan.preferred_nodes[rank] if rank < len(plan.preferred_nodes) else None,
             avoid_nodes=plan.avoid_nodes,
             avoid_required=required,
         )
-        kube.create(pod)
+        for rank in range(spec.workers.nodes)
+    ]
+    each(kube.create, attempt_pods)
 
 
 def _put_live(token: str | None, step: Step, facts: list[PodFacts]) -> None:
@@ -515,8 +516,12 @@ async def tick(
         crashpoints.maybe_crash_after(step.status.phase.value)
     if step.status.attempt != status.attempt:
         memory.seen = {n: a for n, a in memory.seen.items() if a >= step.status.attempt}
-    for name in step.delete_pods:
-        await asyncio.to_thread(kube.delete_pod, key.namespace, name, force=step.force_delete)
+    if step.delete_pods:
+        await asyncio.to_thread(
+            each,
+            lambda name: kube.delete_pod(key.namespace, name, force=step.force_delete),
+            step.delete_pods,
+        )
     await asyncio.to_thread(_put_live, memory.token, step, facts)
     for event in step.events:
         await asyncio.to_thread(kube.event, job, event.type, event.reason, event.message)
