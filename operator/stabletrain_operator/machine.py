@@ -938,10 +938,13 @@ def _stopping(status: StableTrainingJobStatus, world: World) -> Step:
     if world.pods:
         since = plan.started_at if plan is not None else _suspended_since(status, world)
         force = world.now - since >= stop_force_after(world.spec)
+        # A pod already being deleted is not asked again (a 256-pod job's every tick
+        # would be 256 requests) until the grace is over and it is forced.
+        asked = [p for p in world.pods if force or not p.deleting]
         return Step(
             status,
             world.ledger,
-            delete_pods=tuple(sorted(p.name for p in world.pods)),
+            delete_pods=tuple(sorted(p.name for p in asked)),
             force_delete=force,
         )
     if plan is None:

@@ -3,6 +3,7 @@ confirmed rollback, the checkpoint choice, budgets, alerts, restarts, suspend.""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import timedelta
 
@@ -141,6 +142,17 @@ def relaunched_after_nan_trip() -> StableTrainingJobStatus:
         step = advance(step.status, world(step.status, ledger=step.ledger))
     assert step.status.phase is Phase.CONFIRMING
     return step.status
+
+
+def test_pods_already_being_deleted_are_not_asked_again_until_forced() -> None:
+    status = running()
+    stop = advance(status, world(status, pods=tripped_pods()))
+    deleting = tuple(dataclasses.replace(p, deleting=True) for p in tripped_pods())
+    soon = advance(stop.status, world(stop.status, pods=deleting, now=T0 + timedelta(seconds=5)))
+    assert (soon.status.phase, soon.delete_pods) == (Phase.STOPPING, ())
+    late = advance(stop.status, world(stop.status, pods=deleting, now=T0 + timedelta(minutes=1)))
+    assert late.force_delete
+    assert late.delete_pods == ("job-a0-0", "job-a0-1")
 
 
 def test_confirming_lasts_until_the_old_onset_and_its_window_pass_quietly() -> None:
