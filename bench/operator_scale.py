@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import json
 import math
 import os
 import statistics
@@ -86,6 +87,8 @@ class PhaseWatch:
         self.namespace = namespace
         self.phases: dict[str, str] = {}
         self.changed_at: dict[tuple[str, str], float] = {}
+        self.history: list[tuple[str, str, float]] = []
+        """Every phase change in arrival order: a phase may come back (Running again)."""
         self._stop = threading.Event()
         self._handle: watch.Watch | None = None
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -115,6 +118,7 @@ class PhaseWatch:
                     if self.phases.get(name) != phase:
                         self.phases[name] = phase
                         self.changed_at.setdefault((name, phase), time.monotonic())
+                        self.history.append((name, phase, time.monotonic()))
 
     def count(self, phase: str) -> int:
         return sum(1 for p in list(self.phases.values()) if p == phase)
@@ -239,6 +243,94 @@ def measure(args: argparse.Namespace, jobs: int) -> dict[str, Any]:
             api.close()
 
 
+def measure_big_job(args: argparse.Namespace) -> dict[str, Any]:
+    """One job of `--big-job` nodes: a trip, and how long each part of its recovery takes."""
+    size = args.big_job
+    with tempfile.TemporaryDirectory(prefix="operator-scale-") as scratch, running_control_plane(
+    ) as plane:  # fmt: skip
+        workdir = Path(scratch)
+        install_crd(plane)
+        api: Any = config.new_client_from_config(config_file=str(plane.kubeconfig))
+        core: Any = client.CoreV1Api(api)
+        custom: Any = client.CustomObjectsApi(api)
+        namespace = f"scale-{uuid.uuid4().hex[:6]}"
+        core.create_namespace({"metadata": {"name": namespace}})
+        create_claim(core, namespace)
+        simulator = ScaleSimulator(api, namespace, nodes=args.big_job_nodes)
+        simulator.start()
+        try:
+            with operator_process(plane, namespace, workdir, free_port()) as operator, PhaseWatch(
+                api, namespace
+            ) as phases:  # fmt: skip
+                custom.create_namespaced_custom_object(
+                    GROUP, VERSION, namespace, PLURAL, job_manifest("big", {}, nodes=size)
+                )
+                began = time.monotonic()
+                wait_for("the big job to run", lambda: phases.phases.get("big") == "Running",
+                         args.start_timeout)  # fmt: skip
+                started_in = time.monotonic() - began
+                time.sleep(args.settle)
+                if not operator.alive():
+                    raise SystemExit(f"operator exited:\n{operator.log_tail()}")
+                first = sorted(p.name for p in simulator.running_pods() if "-a0-" in p.name)
+                tripped_at = time.monotonic()
+                simulator.trip(first[0])
+                times = recovery_times(simulator, phases, tripped_at, size, args.start_timeout)
+                job = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "big")
+                return {
+                    "nodes": size,
+                    "simulated_nodes": args.big_job_nodes,
+                    "started_in": started_in,
+                    **times,
+                    "object_bytes": len(json.dumps(job)),
+                    "status_bytes": len(json.dumps(job.get("status") or {})),
+                    "trip_report_bytes": len(simulator.last_trip_message),
+                    "rss_mib": rss_mib(operator.pid),
+                }
+        finally:
+            simulator.stop()
+            api.close()
+
+
+def recovery_times(
+    simulator: ScaleSimulator, phases: PhaseWatch, tripped_at: float, size: int, timeout: float
+) -> dict[str, float]:
+    """Seconds from the trip to each milestone, as the simulator and the job watch saw them."""
+    seen: dict[str, float] = {}
+    deadline = tripped_at + timeout
+    while time.monotonic() < deadline and "relaunched" not in seen:
+        now = time.monotonic()
+        pods = list(simulator.running_pods())
+        if "stopped" not in seen and not any("-a0-" in p.name for p in pods):
+            seen["stopped"] = now - tripped_at
+        if "stopped" in seen and sum("-a1-" in p.name for p in pods) == size:
+            seen["relaunched"] = now - tripped_at
+        time.sleep(0.05)
+    for name, phase, at in list(phases.history):
+        if name == "big" and at >= tripped_at:
+            seen.setdefault(f"phase {phase}", at - tripped_at)
+    return seen
+
+
+def print_big_job(row: dict[str, Any]) -> None:
+    def at(key: str) -> str:
+        return f"{row[key]:.1f} s" if key in row else "never"
+
+    print(
+        f"\none job of {row['nodes']} nodes (pods spread over {row['simulated_nodes']} "
+        f"simulated Nodes), Running {row['started_in']:.0f} s after it was created; one pod "
+        "trips:\n"
+        f"  trip -> Stopping {at('phase Stopping')} | every pod stopped {at('stopped')} | "
+        f"Planning {at('phase Planning')} | plan made (Relaunching) {at('phase Relaunching')} "
+        f"| all {row['nodes']} pods running again {at('relaunched')} | "
+        f"Confirming (rollback) {at('phase Confirming')}\n"
+        f"  job object {row['object_bytes'] / 1024:.1f} KiB "
+        f"(status {row['status_bytes'] / 1024:.1f} KiB); "
+        f"trip report {row['trip_report_bytes']} bytes (the agent caps it at 4 KiB); "
+        f"operator RSS {row['rss_mib']:.0f} MiB"
+    )
+
+
 def inject_trips(
     args: argparse.Namespace, simulator: ScaleSimulator, phases: PhaseWatch, names: list[str]
 ) -> list[float]:
@@ -344,6 +436,8 @@ def main() -> None:
     parser.add_argument("--trips", type=int, default=20)
     parser.add_argument("--trip-gap", type=float, default=0.5, help="seconds between trips")
     parser.add_argument("--start-timeout", type=float, default=300.0)
+    parser.add_argument("--big-job", type=int, default=0, help="also one job of N nodes")
+    parser.add_argument("--big-job-nodes", type=int, default=64, help="simulated Nodes for it")
     args = parser.parse_args()
     sizes = [*args.jobs, *([1000] if args.with_1000 else [])]
     if any(size < args.trips for size in sizes):
@@ -361,6 +455,8 @@ def main() -> None:
         print_table(rows[-1:])  # each size as soon as it is measured
     if len(rows) > 1:
         print_table(rows)
+    if args.big_job:
+        print_big_job(measure_big_job(args))
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ import itertools
 import logging
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -49,6 +50,8 @@ POD_NETWORK = ipaddress.ip_network("127.20.0.0/16")
 """Pod addresses: loopback only (the whole 127.0.0.0/8 reaches this host)."""
 STEPS_PER_SECOND = 2.0
 """How fast the fake agents' training advances."""
+KUBELET_THREADS = 32
+"""Pod API calls the simulated kubelet makes at once (binds, status, grace-0 deletes)."""
 
 
 @dataclass
@@ -138,10 +141,15 @@ class ScaleSimulator:
         self._addresses = itertools.islice(POD_NETWORK.hosts(), 1, None)
         self._next_node = itertools.cycle(n.name for n in self.nodes)
         self._loop = asyncio.new_event_loop()
+        # Each real node's kubelet works on its own pods: 256 deletions or starts must not
+        # queue behind the default executor's few threads.
+        self._loop.set_default_executor(ThreadPoolExecutor(max_workers=KUBELET_THREADS))
         self._thread = threading.Thread(target=self._loop.run_forever, name="scalesim", daemon=True)
         self._watcher = threading.Thread(target=self._watch, name="scalesim-watch", daemon=True)
         self._stopping = threading.Event()
         self._watch_handle: watch.Watch | None = None
+        self.last_trip_message = ""
+        """The termination message of the newest trip (its size is part of the benchmark)."""
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -313,9 +321,10 @@ class ScaleSimulator:
         at = datetime.now(UTC)
         started = pod.started.strftime("%Y-%m-%dT%H:%M:%SZ")
         ended = at.strftime("%Y-%m-%dT%H:%M:%SZ")
+        self.last_trip_message = trip_message(pod, at)
         view = ContainerView(
             name="trainer", image="local", container_id=f"scalesim://{pod.name}", runs=1,
-            exits=[Exit(1, "Error", trip_message(pod, at), started, ended)],
+            exits=[Exit(1, "Error", self.last_trip_message, started, ended)],
         )  # fmt: skip
         body = {"status": pod_status([view], pod.ip, "127.0.0.1", started, ended, since={})}
         await asyncio.to_thread(self._patch_status, pod.name, body)
