@@ -184,9 +184,11 @@ class StableTrainCallback(TrainerCallback):
             closure()
         if not self._losses:
             raise RuntimeError("the Trainer stepped the optimizer without a training forward pass")
-        losses = torch.stack(self._losses)
-        self._losses = []
-        return losses.sum() * self._items_scale if self._per_item else losses.mean()
+        losses, self._losses = self._losses, []
+        if len(losses) == 1 and not (self._per_item and self._items_scale != 1):
+            return losses[0]  # one micro-batch: its loss is the step's (no stack, no mean)
+        stacked = torch.stack(losses)
+        return stacked.sum() * self._items_scale if self._per_item else stacked.mean()
 
     # ---------------------------------------------------------- checkpoints
 
