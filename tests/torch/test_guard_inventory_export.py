@@ -55,6 +55,19 @@ def wait_for_status(
         time.sleep(0.02)
 
 
+def settled(count: Callable[[], int], quiet: float = 0.5, timeout: float = 30.0) -> int:
+    """`count()` once it stayed the same for `quiet` seconds: a fixed sleep let a scan that
+    started late under load land inside the window that must have none."""
+    deadline = time.monotonic() + timeout
+    value, since = count(), time.monotonic()
+    while time.monotonic() - since < quiet:
+        assert time.monotonic() < deadline, f"still changing after {timeout} s: {value}"
+        time.sleep(0.05)
+        if count() != value:
+            value, since = count(), time.monotonic()
+    return value
+
+
 def guarded_run(
     tmp_path: Path, exporter: AgentExporter, replication_retry_s: float = 5.0
 ) -> tuple[Guard, CountingManager, Callable[[], None]]:
@@ -104,8 +117,7 @@ def test_a_committed_save_is_scraped_without_any_trip(
         assert status.pfs_available is True
         assert status.pfs_message == ""
 
-        time.sleep(0.2)  # any export still running finishes
-        scans = manager.scans
+        scans = settled(lambda: manager.scans)  # any export still running finishes
         for _ in range(20):
             train_step()
         time.sleep(0.2)
