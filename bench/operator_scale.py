@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -155,141 +156,144 @@ def wait_for(what: str, check: Any, timeout: float) -> None:
     raise SystemExit(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
-def measure(args: argparse.Namespace, jobs: int) -> dict[str, Any]:
-    """One size on a fresh control plane; the row of the table."""
+@dataclasses.dataclass(frozen=True)
+class Cluster:
+    plane: ControlPlane
+    core: Any
+    custom: Any
+    namespace: str
+    simulator: ScaleSimulator
+    operator: ManagedProcess
+    phases: PhaseWatch
+
+
+@contextlib.contextmanager
+def simulated_cluster(nodes: int = 4) -> Iterator[Cluster]:
+    """A fresh control plane with the CRD, a namespace and its claim, the simulated kubelet
+    and agents on `nodes` Nodes, the operator and a watch on the jobs' phases."""
     with tempfile.TemporaryDirectory(prefix="operator-scale-") as scratch, running_control_plane(
     ) as plane:  # fmt: skip
-        workdir = Path(scratch)
         install_crd(plane)
         api: Any = config.new_client_from_config(config_file=str(plane.kubeconfig))
         core: Any = client.CoreV1Api(api)
-        custom: Any = client.CustomObjectsApi(api)
         namespace = f"scale-{uuid.uuid4().hex[:6]}"
         core.create_namespace({"metadata": {"name": namespace}})
         create_claim(core, namespace)
-        simulator = ScaleSimulator(api, namespace)
+        simulator = ScaleSimulator(api, namespace, nodes=nodes)
         simulator.start()
-        agent_port = free_port()
         try:
-            with operator_process(plane, namespace, workdir, agent_port) as operator, PhaseWatch(
-                api, namespace
+            with operator_process(plane, namespace, Path(scratch), free_port()) as operator, (
+                PhaseWatch(api, namespace)
             ) as phases:  # fmt: skip
-                names = [f"job-{i:04d}" for i in range(jobs)]
-                began = time.monotonic()
-                for name in names:
-                    custom.create_namespaced_custom_object(
-                        GROUP,
-                        VERSION,
-                        namespace,
-                        PLURAL,
-                        job_manifest(name, {}, nodes=PODS_PER_JOB),
-                    )
-                wait_for(
-                    f"{jobs} jobs Running", lambda: phases.count("Running") == jobs,
-                    args.start_timeout,
-                )  # fmt: skip
-                started_in = time.monotonic() - began
-                time.sleep(args.settle)
-                if not operator.alive():
-                    raise SystemExit(f"operator exited:\n{operator.log_tail()}")
-                foreign_before, answered_before = foreign_event_writes(core, namespace), (
-                    simulator.counts.answered
-                )  # fmt: skip
-                before, cpu_before, t0 = request_counts(plane), cpu_seconds(operator.pid), (
-                    time.monotonic()
-                )  # fmt: skip
-                time.sleep(args.window)
-                after, cpu_after, t1 = request_counts(plane), cpu_seconds(operator.pid), (
-                    time.monotonic()
-                )  # fmt: skip
-                answered = simulator.counts.answered - answered_before
-                foreign = foreign_event_writes(core, namespace) - foreign_before
-                rss = rss_mib(operator.pid)
-                minutes = (t1 - t0) / 60
-                diff = {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k)}
-                others = KUBELET_REQUESTS | CONTROLLER_REQUESTS
-                operator_side = without_foreign_events(
-                    {k: v for k, v in diff.items() if (k[1], k[2]) not in others}, foreign
-                )
-                controller = foreign + sum(
-                    v for k, v in diff.items() if (k[1], k[2]) in CONTROLLER_REQUESTS
-                )
-                events = event_sources(core, namespace)
-                phase_counts = collections.Counter(phases.phases.values())
-                trips = inject_trips(args, simulator, phases, names)
-                return {
-                    "phases": dict(phase_counts),
-                    "jobs": jobs,
-                    "pods": jobs * PODS_PER_JOB,
-                    "started_in": started_in,
-                    "requests_per_job_minute": sum(operator_side.values()) / jobs / minutes,
-                    "requests_per_second": sum(operator_side.values()) / (t1 - t0),
-                    "kubelet_per_second": (
-                        sum(diff.values()) - sum(operator_side.values()) - controller
-                    )
-                    / (t1 - t0),
-                    "controller_per_second": controller / (t1 - t0),
-                    "events": events,
-                    "window": t1 - t0,
-                    "cpu_percent": 100 * (cpu_after - cpu_before) / (t1 - t0),
-                    "rss_mib": rss,
-                    "trips": trips,
-                    "breakdown": collections.Counter(operator_side).most_common(12),
-                    "answered": answered,
-                    "errors": simulator.counts.errors[:5],
-                }
+                custom = client.CustomObjectsApi(api)
+                yield Cluster(plane, core, custom, namespace, simulator, operator, phases)
         finally:  # the control plane goes with its jobs: no need to delete them one by one
             simulator.stop()
             api.close()
 
 
+def measure(args: argparse.Namespace, jobs: int) -> dict[str, Any]:
+    """One size on a fresh control plane; the row of the table."""
+    with simulated_cluster() as cluster:
+        plane, core, custom, namespace = cluster.plane, cluster.core, cluster.custom, (
+            cluster.namespace
+        )  # fmt: skip
+        simulator, operator, phases = cluster.simulator, cluster.operator, cluster.phases
+        names = [f"job-{i:04d}" for i in range(jobs)]
+        began = time.monotonic()
+        for name in names:
+            custom.create_namespaced_custom_object(
+                GROUP,
+                VERSION,
+                namespace,
+                PLURAL,
+                job_manifest(name, {}, nodes=PODS_PER_JOB),
+            )
+        wait_for(
+            f"{jobs} jobs Running", lambda: phases.count("Running") == jobs,
+            args.start_timeout,
+        )  # fmt: skip
+        started_in = time.monotonic() - began
+        time.sleep(args.settle)
+        if not operator.alive():
+            raise SystemExit(f"operator exited:\n{operator.log_tail()}")
+        foreign_before, answered_before = foreign_event_writes(core, namespace), (
+            simulator.counts.answered
+        )  # fmt: skip
+        before, cpu_before, t0 = request_counts(plane), cpu_seconds(operator.pid), (
+            time.monotonic()
+        )  # fmt: skip
+        time.sleep(args.window)
+        after, cpu_after, t1 = request_counts(plane), cpu_seconds(operator.pid), (
+            time.monotonic()
+        )  # fmt: skip
+        answered = simulator.counts.answered - answered_before
+        foreign = foreign_event_writes(core, namespace) - foreign_before
+        rss = rss_mib(operator.pid)
+        minutes = (t1 - t0) / 60
+        diff = {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k)}
+        others = KUBELET_REQUESTS | CONTROLLER_REQUESTS
+        operator_side = without_foreign_events(
+            {k: v for k, v in diff.items() if (k[1], k[2]) not in others}, foreign
+        )
+        controller = foreign + sum(
+            v for k, v in diff.items() if (k[1], k[2]) in CONTROLLER_REQUESTS
+        )
+        events = event_sources(core, namespace)
+        phase_counts = collections.Counter(phases.phases.values())
+        trips = inject_trips(args, simulator, phases, names)
+        return {
+            "phases": dict(phase_counts),
+            "jobs": jobs,
+            "pods": jobs * PODS_PER_JOB,
+            "started_in": started_in,
+            "requests_per_job_minute": sum(operator_side.values()) / jobs / minutes,
+            "requests_per_second": sum(operator_side.values()) / (t1 - t0),
+            "kubelet_per_second": (sum(diff.values()) - sum(operator_side.values()) - controller)
+            / (t1 - t0),
+            "controller_per_second": controller / (t1 - t0),
+            "events": events,
+            "window": t1 - t0,
+            "cpu_percent": 100 * (cpu_after - cpu_before) / (t1 - t0),
+            "rss_mib": rss,
+            "trips": trips,
+            "breakdown": collections.Counter(operator_side).most_common(12),
+            "answered": answered,
+            "errors": simulator.counts.errors[:5],
+        }
+
+
 def measure_big_job(args: argparse.Namespace) -> dict[str, Any]:
     """One job of `--big-job` nodes: a trip, and how long each part of its recovery takes."""
     size = args.big_job
-    with tempfile.TemporaryDirectory(prefix="operator-scale-") as scratch, running_control_plane(
-    ) as plane:  # fmt: skip
-        workdir = Path(scratch)
-        install_crd(plane)
-        api: Any = config.new_client_from_config(config_file=str(plane.kubeconfig))
-        core: Any = client.CoreV1Api(api)
-        custom: Any = client.CustomObjectsApi(api)
-        namespace = f"scale-{uuid.uuid4().hex[:6]}"
-        core.create_namespace({"metadata": {"name": namespace}})
-        create_claim(core, namespace)
-        simulator = ScaleSimulator(api, namespace, nodes=args.big_job_nodes)
-        simulator.start()
-        try:
-            with operator_process(plane, namespace, workdir, free_port()) as operator, PhaseWatch(
-                api, namespace
-            ) as phases:  # fmt: skip
-                custom.create_namespaced_custom_object(
-                    GROUP, VERSION, namespace, PLURAL, job_manifest("big", {}, nodes=size)
-                )
-                began = time.monotonic()
-                wait_for("the big job to run", lambda: phases.phases.get("big") == "Running",
-                         args.start_timeout)  # fmt: skip
-                started_in = time.monotonic() - began
-                time.sleep(args.settle)
-                if not operator.alive():
-                    raise SystemExit(f"operator exited:\n{operator.log_tail()}")
-                first = sorted(p.name for p in simulator.running_pods() if "-a0-" in p.name)
-                tripped_at = time.monotonic()
-                simulator.trip(first[0])
-                times = recovery_times(simulator, phases, tripped_at, size, args.start_timeout)
-                job = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "big")
-                return {
-                    "nodes": size,
-                    "simulated_nodes": args.big_job_nodes,
-                    "started_in": started_in,
-                    **times,
-                    "object_bytes": len(json.dumps(job)),
-                    "status_bytes": len(json.dumps(job.get("status") or {})),
-                    "trip_report_bytes": len(simulator.last_trip_message),
-                    "rss_mib": rss_mib(operator.pid),
-                }
-        finally:
-            simulator.stop()
-            api.close()
+    with simulated_cluster(args.big_job_nodes) as cluster:
+        custom, namespace = cluster.custom, cluster.namespace
+        simulator, operator, phases = cluster.simulator, cluster.operator, cluster.phases
+        custom.create_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, job_manifest("big", {}, nodes=size)
+        )
+        began = time.monotonic()
+        wait_for("the big job to run", lambda: phases.phases.get("big") == "Running",
+                 args.start_timeout)  # fmt: skip
+        started_in = time.monotonic() - began
+        time.sleep(args.settle)
+        if not operator.alive():
+            raise SystemExit(f"operator exited:\n{operator.log_tail()}")
+        first = sorted(p.name for p in simulator.running_pods() if "-a0-" in p.name)
+        tripped_at = time.monotonic()
+        simulator.trip(first[0])
+        times = recovery_times(simulator, phases, tripped_at, size, args.start_timeout)
+        job = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "big")
+        return {
+            "nodes": size,
+            "simulated_nodes": args.big_job_nodes,
+            "started_in": started_in,
+            **times,
+            "object_bytes": len(json.dumps(job)),
+            "status_bytes": len(json.dumps(job.get("status") or {})),
+            "trip_report_bytes": len(simulator.last_trip_message),
+            "rss_mib": rss_mib(operator.pid),
+        }
 
 
 def recovery_times(

@@ -24,7 +24,20 @@ ANSWER = json.dumps({
 }).encode()  # fmt: skip
 
 
-class _Counting(BaseHTTPRequestHandler):
+class _Answering(BaseHTTPRequestHandler):
+    """Answers every GET with one valid agent status, quietly."""
+
+    def answer(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(ANSWER)))
+        self.end_headers()
+        self.wfile.write(ANSWER)
+
+    def log_message(self, format: str, *args: object) -> None:
+        return
+
+
+class _Counting(_Answering):
     lock = threading.Lock()
     in_flight = 0
     most = 0
@@ -36,13 +49,7 @@ class _Counting(BaseHTTPRequestHandler):
         time.sleep(0.1)
         with self.lock:
             _Counting.in_flight -= 1
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(ANSWER)))
-        self.end_headers()
-        self.wfile.write(ANSWER)
-
-    def log_message(self, format: str, *args: object) -> None:
-        return
+        self.answer()
 
 
 @pytest.fixture
@@ -65,20 +72,14 @@ def test_the_cap_bounds_requests_in_flight_across_rounds(agent: str) -> None:
     assert _Counting.most == 3, f"{_Counting.most} requests in flight at once, the cap is 3"
 
 
-class _KeepAlive(BaseHTTPRequestHandler):
+class _KeepAlive(_Answering):
     protocol_version = "HTTP/1.1"
     """As the agent's server (stabletrain_agent.export): the connection stays open."""
     client_ports: ClassVar[list[int]] = []
 
     def do_GET(self) -> None:
         _KeepAlive.client_ports.append(self.client_address[1])
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(ANSWER)))
-        self.end_headers()
-        self.wfile.write(ANSWER)
-
-    def log_message(self, format: str, *args: object) -> None:
-        return
+        self.answer()
 
 
 def test_rounds_reuse_the_connection_to_an_agent() -> None:
