@@ -351,6 +351,34 @@ def _scraped_trips(status: StableTrainingJobStatus, world: World) -> list[TripRe
     return _of_attempt((s.latest_trip for s in _fresh(status, world)), status.attempt)
 
 
+TRIP_REPORTS_AWAITED = timedelta(seconds=10)
+"""How long a trip waits for the reports of the other ranks still running. All ranks trip at
+the same step (one consensus), but each pod reports its own node's checkpoints once it has
+flushed them: deciding on the first report and stopping the others at once planned without
+the newest checkpoint the others held (the HF e2e test, on a fast machine)."""
+
+
+def _reported_trips(
+    status: StableTrainingJobStatus, world: World, current: Sequence[PodFacts]
+) -> list[TripReport]:
+    """The attempt's trip reports from the pods' termination messages and from the scrapes
+    (a scrape can carry one before its pod ends), one per node, earliest onset first."""
+    by_node: dict[str, TripReport] = {}
+    for report in [*_trips(current, status.attempt), *_scraped_trips(status, world)]:
+        by_node.setdefault(report.node, report)
+    return _of_attempt(by_node.values(), status.attempt)
+
+
+def _awaiting_reports(
+    trips: Sequence[TripReport], current: Sequence[PodFacts], now: datetime
+) -> bool:
+    """A rank tripped and another still runs without having reported: wait for it, within
+    TRIP_REPORTS_AWAITED of the first trip, so the plan sees every node's checkpoints."""
+    reported = {t.node for t in trips}
+    waiting = [p for p in current if p.state is PodState.RUNNING and p.node not in reported]
+    return bool(waiting) and now - min(t.tripped_at for t in trips) < TRIP_REPORTS_AWAITED
+
+
 def _trips(current: Sequence[PodFacts], attempt: int) -> list[TripReport]:
     return _of_attempt((p.trip for p in current), attempt)
 
@@ -388,9 +416,10 @@ def _observations(
                 reason=manual.reason,
             )
         )
-    # A scrape can carry the report before any pod's termination message does.
-    trips = _trips(current, status.attempt) or _scraped_trips(status, world)
+    trips = _reported_trips(status, world, current)
     signals: list[Observation] = []
+    if trips and _awaiting_reports(trips, current, world.now):
+        return observations, [], incident
     if trips:
         signals.append(trip_observation(trips))
     else:

@@ -543,6 +543,27 @@ def test_a_rollback_decided_from_a_scrape_skips_the_shards_its_trip_report_names
     assert skip.shard_ids == shards
 
 
+def test_a_trip_waits_briefly_for_the_reports_of_the_ranks_still_running() -> None:
+    """Before: the first report decided and the other pods were stopped before theirs, so
+    the plan lacked their nodes' newest checkpoints (the HF e2e test on a fast machine).
+    After: up to 10 s for the others' reports; then it decides on what it has."""
+    finding = FindingReport(
+        signal="NonFinite", anomaly_class=AnomalyClass.NUMERICAL, onset_step=55,
+        consecutive=3, sustained=True,
+    )  # fmt: skip
+    first = agent(0, step=57, firing=(finding,), latest_trip=trip(NODES[0]))
+    status = running()
+    pods = (pod(0), pod(1))
+    waiting = advance(status, world(status, pods=pods, scrapes=(first, agent(1, step=57))))
+    assert waiting.status.phase is Phase.RUNNING
+    both = (first, agent(1, step=57, firing=(finding,), latest_trip=trip(NODES[1])))
+    stop = advance(status, world(status, pods=pods, scrapes=both))
+    assert stop.status.phase is Phase.STOPPING
+    late = T0 + timedelta(seconds=11)
+    alone = advance(status, world(status, pods=pods, scrapes=(first, agent(1)), now=late))
+    assert alone.status.phase is Phase.STOPPING
+
+
 def test_live_and_fail_decisions_are_in_the_history() -> None:
     """Before: rollbackHistory held only the actions that relaunched (Rollback, Restart);
     an Alert, a ReduceLR and the Fail that ended a job left no entry. After: each does."""
