@@ -13,10 +13,10 @@ For each size (jobs of 4 pods), after every job reached Running and a settle tim
   (Node leases and status, pod bindings and status) are left out, and the rest is listed by
   verb and resource so it shows where the requests go;
 - the operator's CPU (utime+stime from /proc over the window, in % of one core) and RSS;
-- trip-to-Stopping latency: one pod of each of ``--trips`` jobs ends as a tripped agent's
-  does (Failed, the TripReport as its termination message), one every ``--trip-gap``
-  seconds; the time from that status write to the job's status.phase leaving Running, as
-  seen by a watch on the jobs, p50 and p99.
+- trip-to-Stopping latency: every pod of each of ``--trips`` jobs ends as a tripped agent's
+  does (Failed, the TripReport as its termination message; all ranks trip at the same step),
+  one job every ``--trip-gap`` seconds; the time from the first pod's status write to the
+  job's status.phase leaving Running, as seen by a watch on the jobs, p50 and p99.
 
     PYTHONPATH=tests .venv/bin/python bench/operator_scale.py [--jobs 100 300] [--window 60]
 """
@@ -338,7 +338,7 @@ def print_big_job(row: dict[str, Any]) -> None:
 def inject_trips(
     args: argparse.Namespace, simulator: ScaleSimulator, phases: PhaseWatch, names: list[str]
 ) -> list[float]:
-    """Trip one pod in each of `--trips` jobs spread over the list; seconds to Stopping."""
+    """Trip every pod of each of `--trips` jobs spread over the list; seconds to Stopping."""
     spread = names[:: max(1, len(names) // args.trips)] + names
     injected: dict[str, float] = {}
     for name in dict.fromkeys(spread):
@@ -347,8 +347,9 @@ def inject_trips(
         running = [p.name for p in simulator.running_pods() if p.name.startswith(f"{name}-a")]
         if phases.phases.get(name) != "Running" or not running:
             continue  # a job that is not running (or has no running pod) cannot trip
-        simulator.trip(sorted(running)[0])
         injected[name] = time.monotonic()
+        for pod in sorted(running):  # every rank trips at the same step (one consensus)
+            simulator.trip(pod)
         time.sleep(args.trip_gap)
     chosen = list(injected)
     deadline = time.monotonic() + 60
