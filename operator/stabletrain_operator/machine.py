@@ -419,7 +419,7 @@ def _observations(
     trips = _reported_trips(status, world, current)
     signals: list[Observation] = []
     if trips and _awaiting_reports(trips, current, world.now):
-        return observations, [], incident
+        return observations, trips, incident
     if trips:
         signals.append(trip_observation(trips))
     else:
@@ -871,7 +871,6 @@ def _stop_for(
     incident: Incident,
 ) -> Step:
     counters = status.counters
-    trips = trips or _scraped_trips(status, world)
     updates = {
         "rollbacks": counters.rollbacks + (decision.action is Action.ROLLBACK),
         "restarts": counters.restarts + (decision.action is Action.RESTART_FROM_LATEST),
