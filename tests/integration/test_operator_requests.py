@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 from kubernetes import client
 
@@ -27,6 +28,19 @@ def _job_requests(plane: ControlPlane) -> dict[tuple[str, str], float]:
     }
 
 
+def _settled(status: dict[str, Any]) -> bool:
+    """Running with every decision a new attempt brings already written: its pods run and
+    report (Ready, Healthy) and a step was completed (attemptProgressed). Each of those is
+    written at once when it happens, which on a loaded machine can be well after Running."""
+    conditions = {c["type"]: c["status"] for c in status.get("conditions", [])}
+    return (
+        status.get("phase") == "Running"
+        and bool(status.get("attemptProgressed"))
+        and conditions.get("Ready") == "True"
+        and "Healthy" in conditions
+    )
+
+
 def test_a_running_job_costs_no_read_and_writes_progress_at_the_bounded_rate(
     control_plane: ControlPlane,
     api_client: client.ApiClient,
@@ -43,8 +57,8 @@ def test_a_running_job_costs_no_read_and_writes_progress_at_the_bounded_rate(
     ):
         jobs.create(job_manifest("quiet", {"ST_STEPS": "100000", "ST_STEP_SECONDS": "0.1",
                                            "ST_CKPT_EVERY": "100000"}))  # fmt: skip
-        jobs.wait("quiet", lambda s: s.get("phase") == "Running", 90, "the job to run")
-        time.sleep(3)  # the Running write's own watch event and the first scrapes
+        jobs.wait("quiet", _settled, 120, "the job to run, report and complete a step")
+        time.sleep(3)  # the last decision write's own watch event
         before = _job_requests(control_plane)
         time.sleep(WINDOW_SECONDS)
         after = _job_requests(control_plane)
