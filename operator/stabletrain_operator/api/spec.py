@@ -337,10 +337,11 @@ def default_rules() -> tuple[RecoveryRule, ...]:
 
 
 class EscalationSpec(ApiModel):
-    """What happens when a spike recurs near the same step after a rollback."""
+    """What happens when a spike (or a NaN) recurs near the same step after a rollback."""
 
     within_steps: int = Field(default=1000, ge=0, le=10_000_000)
-    """A new onset within this many steps of an earlier rollback's onset is a recurrence."""
+    """A new onset within this many steps of an earlier rollback's onset of the same kind is
+    a recurrence: non-finite values and loss or gradient jumps are told apart."""
     max_recurrences: int = Field(default=2, ge=0, le=100)
     """Recurrences handled by a harder rollback (an older checkpoint, the LR factor applied
     again, the skip range doubled) before the final action."""

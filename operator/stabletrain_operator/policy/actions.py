@@ -15,7 +15,7 @@ from stabletrain_operator.api.spec import RecoveryRule, RecoverySpec, RollbackPa
 from stabletrain_operator.plan.skips import describe_skip
 from stabletrain_operator.policy.arithmetic import reduced_lr_scale, skip_around, target_bound
 from stabletrain_operator.policy.decision import ESCALATION_RULE, MANUAL_RULE, Decision, Deferral
-from stabletrain_operator.policy.ledger import PolicyLedger
+from stabletrain_operator.policy.ledger import PolicyLedger, same_kind
 from stabletrain_operator.policy.observation import Observation
 
 
@@ -61,12 +61,16 @@ def rollback(
     """A rollback around the onset, harder per recurrence; the escalation's final action
     once recurrences exceed the limit; Fail once the rollback budget is spent."""
     anchor = observation.anchor_step
+    kind = observation.anomaly_class
+    within = recovery.escalation.within_steps
     level = 0
     if anchor is not None:
-        level = len(ledger.rollbacks_near(anchor, recovery.escalation.within_steps))
-    if observation.recurrence_of is not None:
-        same = ledger.rollbacks_near(observation.recurrence_of, recovery.escalation.within_steps)
-        level = max(level, len(same), 1)
+        level = len(ledger.rollbacks_near(anchor, within, kind))
+    confirming = observation.recurrence_of
+    if confirming is not None and all(
+        same_kind(m.anomaly_class, kind) for m in ledger.rollbacks_near(confirming, 0)
+    ):
+        level = max(level, len(ledger.rollbacks_near(confirming, within, kind)), 1)
     if level > recovery.escalation.max_recurrences:
         return _final_action(recovery, observation, ledger, level)
     budget = recovery.budgets.max_rollbacks

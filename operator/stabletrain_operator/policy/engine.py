@@ -110,6 +110,7 @@ def record(ledger: PolicyLedger, decision: Decision, *, now: datetime) -> Policy
                 lr_scale=decision.lr_scale if decision.lr_scale is not None else 1.0,
                 skip=decision.skip,
                 escalation_level=decision.escalation_level,
+                anomaly_class=decision.anomaly_class,
             )
         if memory is None:
             return replace(ledger, rollbacks_used=ledger.rollbacks_used + 1, last_action_at=now)

@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 
 from stabletrain_agent.contract.directives import SkipRange
-from stabletrain_agent.contract.names import Action
+from stabletrain_agent.contract.names import Action, AnomalyClass
 from stabletrain_operator.api.status import StableTrainingJobStatus
 
 RECENT_ROLLBACKS_MAX = 16
@@ -33,6 +33,18 @@ class RollbackMemory:
     lr_scale: float
     skip: tuple[SkipRange, ...] = ()
     escalation_level: int = 0
+    anomaly_class: AnomalyClass | None = None
+    """What the rollback answered; None (a ledger kept before the class was) matches any."""
+
+
+def same_kind(earlier: AnomalyClass | None, later: AnomalyClass | None) -> bool:
+    """Whether `later` can be `earlier` coming back. Non-finite arithmetic and a loss or
+    gradient that jumps have different causes and cures, so a NaN burst after a spike's
+    rollback is a new incident and does not make that rollback's LR cut harder. An unknown
+    class on either side matches, as before classes were kept."""
+    if earlier is None or later is None:
+        return True
+    return (earlier is AnomalyClass.NUMERICAL) == (later is AnomalyClass.NUMERICAL)
 
 
 @dataclass(frozen=True)
@@ -67,12 +79,16 @@ class PolicyLedger:
     last_manual_request_id: str | None = None
     """A manual request with this id has been handled and does not run again."""
 
-    def rollbacks_near(self, onset_step: int, within_steps: int) -> tuple[RollbackMemory, ...]:
-        """Earlier rollbacks whose onset lies within `within_steps` of `onset_step`."""
+    def rollbacks_near(
+        self, onset_step: int, within_steps: int, anomaly_class: AnomalyClass | None = None
+    ) -> tuple[RollbackMemory, ...]:
+        """Earlier rollbacks of the same kind (`same_kind`) whose onset lies within
+        `within_steps` of `onset_step`."""
         return tuple(
             memory
             for memory in self.recent_rollbacks
             if abs(memory.onset_step - onset_step) <= within_steps
+            and same_kind(memory.anomaly_class, anomaly_class)
         )
 
     def last_live_action(self, rule: str) -> AlertEpisode | None:
@@ -119,6 +135,7 @@ class PolicyLedger:
                 onset_step=record.onset_step,
                 lr_scale=record.lr_scale,
                 skip=record.skipped,
+                anomaly_class=record.anomaly_class,
             )
             for record in status.rollback_history
             if record.action is Action.ROLLBACK

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -418,6 +419,39 @@ def test_escalation_widens_the_skip_and_lowers_the_lr_then_takes_the_final_actio
     far_away = run([trip(step=9004, onset=9000)], recovery=recovery, ledger=ledger)
     assert far_away is not None
     assert (far_away.action, far_away.escalation_level) == (Action.ROLLBACK, 0)
+
+
+def test_a_nan_after_a_spike_rollback_is_a_new_incident_and_a_spike_again_is_not() -> None:
+    spike = _decided(run([trip(onset=3000)]))
+    ledger = record(PolicyLedger(), spike, now=NOW)
+    assert ledger.recent_rollbacks[0].anomaly_class is AnomalyClass.BAD_BATCH
+    nan = trip(Signal.NON_FINITE.value, step=3182, onset=3180, anomaly_class=AnomalyClass.NUMERICAL)
+    first_nan = _decided(run([nan], ledger=ledger, lr_scale=0.5))
+    assert (first_nan.escalation_level, first_nan.reason) == (0, Reason.ROLLBACK_STARTED.value)
+    assert first_nan.lr_scale == pytest.approx(0.25), "one LR factor, not the spike's level 1"
+    ledger = record(ledger, first_nan, now=NOW)
+    diverged = trip(step=3204, onset=3200, anomaly_class=AnomalyClass.DIVERGENCE)
+    spike_again = _decided(run([diverged], ledger=ledger, lr_scale=0.25))
+    assert (spike_again.escalation_level, spike_again.reason) == (1, Reason.ESCALATED.value)
+
+
+def test_a_nan_while_a_spike_rollback_is_confirming_is_not_its_recurrence() -> None:
+    ledger = record(PolicyLedger(), _decided(run([trip(onset=3000)])), now=NOW)
+    confirming = replace(
+        trip(Signal.NON_FINITE.value, step=9004, onset=9000, anomaly_class=AnomalyClass.NUMERICAL),
+        recurrence_of=3000,
+    )
+    assert _decided(run([confirming], ledger=ledger)).escalation_level == 0
+    spike = replace(trip(step=9004, onset=9000), recurrence_of=3000)
+    assert _decided(run([spike], ledger=ledger)).escalation_level == 1
+
+
+def test_a_ledger_kept_without_classes_still_escalates_any_recurrence() -> None:
+    older = PolicyLedger.from_status(  # as an operator before anomaly classes wrote it
+        {"rollbacks_used": 1, "recent_rollbacks": [{"onset_step": 3000, "lr_scale": 0.5}]}
+    )
+    nan = trip(Signal.NON_FINITE.value, step=3104, onset=3100, anomaly_class=AnomalyClass.NUMERICAL)
+    assert _decided(run([nan], ledger=older, lr_scale=0.5)).escalation_level == 1
 
 
 def test_escalated_rollback_carries_the_escalated_reason() -> None:
