@@ -13,7 +13,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -36,6 +36,7 @@ from stabletrain_operator.observe.pacing import FAST_INTERVAL_SECONDS, ScrapePac
 from stabletrain_operator.observe.pods import PodFacts, PodState
 from stabletrain_operator.observe.scrape import Scraper, ScrapeResult, ScrapeTarget, scrape_all
 from stabletrain_operator.observe.stall import RankProgress
+from stabletrain_operator.plan.inventory import copies_in_flight
 from stabletrain_operator.policy import PolicyLedger
 from stabletrain_operator.preflight.pod import ensure_preflight_pod, needs_preflight_pod
 from stabletrain_operator.remediation import NodeAction, NodeRemediation, due, node_patch
@@ -45,6 +46,14 @@ _log = logging.getLogger(__name__)
 SCRAPE_TIMEOUT_SECONDS = 2.0
 PUT_TIMEOUT_SECONDS = 2.0
 SCRAPED_PHASES = frozenset({Phase.RUNNING, Phase.CONFIRMING})
+SETTLE_SECONDS = 10.0
+"""How long a stop keeps scraping the pods still running while one lists a copy on its way
+to the PFS. A rank killed outright breaks the others' collective: under gloo they end at
+once, their agents first finishing such copies and answering until a scrape read the result
+(stabletrain_agent.guard.HAND_OVER_SECONDS); under NCCL they hang with their agents
+answering. One scrape, at the decision, came before the copies landed: the restart passed
+over the newest checkpoint, or found none verified on the PFS and failed the job."""
+SETTLE_PAUSE_SECONDS = 0.5
 
 
 @dataclass
@@ -152,6 +161,27 @@ async def _scrape(
             (key.namespace, key.name), len(targets), close_eye=close_eye
         )
     return tuple(results)
+
+
+async def _settled(
+    first: tuple[ScrapeResult, ...],
+    scrape: Callable[[], Awaitable[tuple[ScrapeResult, ...]]],
+) -> tuple[ScrapeResult, ...]:
+    """`first` (this tick's round, or one of `scrape` when there was none), then rounds of
+    `scrape` while a pod answers with a copy in flight, at most SETTLE_SECONDS; each pod's
+    newest answer (an agent that ended after it answered is not forgotten)."""
+    deadline = time.monotonic() + SETTLE_SECONDS
+    newest: dict[str, ScrapeResult] = {}
+    results = first or await scrape()
+    while True:
+        for result in results:
+            if result.status is not None or result.pod not in newest:
+                newest[result.pod] = result
+        busy = any(r.status is not None and copies_in_flight(r.status) for r in results)
+        if not busy or time.monotonic() + SETTLE_PAUSE_SECONDS >= deadline:
+            return tuple(newest.values())
+        await asyncio.sleep(SETTLE_PAUSE_SECONDS)
+        results = await scrape()
 
 
 def _progress(
@@ -500,12 +530,18 @@ async def tick(
         progress=progress,
     )
     step = advance(status, world)
-    if _stops_now(status, step) and not scrapes:
-        # The decision came from the pod watch: before the pods go, one last scrape of those
-        # still running, so the plan sees a save that committed after the previous scrape.
-        final = await _scrape(key, facts, status, memory, scraper=scraper, pacer=pacer, final=True)
-        if final:
-            step = advance(status, dataclasses.replace(world, scrapes=final))
+    if _stops_now(status, step):
+        # Before the pods go, those still running are scraped until no copy they list is on
+        # its way to the PFS (at least once when the pod watch decided), so the plan sees a
+        # save that committed or landed after the previous scrape; a finding the later
+        # rounds no longer show does not undo the stop.
+        final = await _settled(
+            scrapes,
+            lambda: _scrape(key, facts, status, memory, scraper=scraper, pacer=pacer, final=True),
+        )
+        if final != scrapes:
+            settled = advance(status, dataclasses.replace(world, scrapes=final))
+            step = settled if _stops_now(status, settled) else step
     if step.launch is not None:
         await asyncio.to_thread(launch, kube, ref, spec, step.launch)
         if step.launch.spill_skip_ranges is not None:

@@ -232,6 +232,11 @@ def test_a_node_that_kills_its_rank_is_avoided_by_the_relaunch(
     assert history[0]["signal"] == "WorkerFailure"
     assert [(s["node"], s["avoid"]) for s in history[0]["suspects"]] == [("node-b", True)]
     assert "killed by signal 9" in history[0]["suspects"][0]["reason"]
+    # The newest checkpoint, on both tiers: rank 1 flushed its copies before it died, rank 0
+    # (its collective broken) finished its own and answered until a scrape listed them, and
+    # the operator scraped until none was in flight. Planned from the scrape before the kill,
+    # this restart once failed with NoUsableCheckpoint (step 5 still in flight, 10 unseen).
+    assert history[0]["toStep"] == 10, history[0]
     for attempt in range(1, done["attempt"] + 1):
         assert "node-b" not in placed(recorder, attempt).values(), attempt
     (bad,) = done["suspectNodes"]

@@ -101,9 +101,9 @@ def test_killed_rank_restarts_from_the_latest_checkpoint_with_the_lr_unchanged(
     )  # fmt: skip
     print(f"\nrestart: {entry}")
     # The newest checkpoint, saved 20 steps before the kill. Rank 1 dies once its copy is on
-    # the PFS (it once chose 25: the copy was still in flight); the surviving pod, blocked in
-    # the step's collective, re-scans its inventory until step 50 is complete on the PFS, and
-    # the operator scrapes it once more when the pod watch reports the kill.
+    # the PFS (it once chose 25: the copy was still in flight); rank 0, its collective broken
+    # by the kill, finishes its own copies and answers until a scrape listed them, and the
+    # operator scrapes it until nothing is in flight when the pod watch reports the kill.
     assert entry["toStep"] == 50, entry
     restart = entry["toStep"]
     assert entry["lrScale"] == 1.0

@@ -3,6 +3,8 @@ without a trip report leaves the operator only its last scrape to plan from."""
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,8 +18,8 @@ from stabletrain_agent.contract.channel import AgentStatus
 from stabletrain_agent.contract.directives import Directives
 from stabletrain_agent.contract.inventory import CheckpointRecord
 from stabletrain_agent.directives import DirectiveSource
-from stabletrain_agent.export import AgentExporter, fetch_status
-from stabletrain_agent.guard import Guard, GuardEnv
+from stabletrain_agent.export import AgentExporter, AgentUnreachableError, fetch_status
+from stabletrain_agent.guard import HAND_OVER_SECONDS, Guard, GuardEnv
 
 
 class CountingManager(CheckpointManager):
@@ -185,3 +187,74 @@ def test_the_heartbeat_counts_training_from_the_end_of_the_restore(
     finally:
         manager.close()
         guard.close()
+
+
+def collective_breaks(guard: Guard) -> None:
+    """A rank's loop when gloo ends its collective: the error passes the loop's `finally`."""
+    try:
+        raise RuntimeError("Connection closed by peer")
+    finally:
+        guard.close()
+
+
+def test_training_ending_on_an_error_hands_its_copies_in_flight_over_before_it_stops(
+    tmp_path: Path, exporter: AgentExporter
+) -> None:
+    """A peer was SIGKILLed: gloo ends this rank's collective with an error at once, and the
+    loop's `finally` closes the guard. Its copy still on its way to the PFS lands first and
+    the agent answers until a scrape listed it; before, the agent went at once and the
+    operator planned the restart from an older scrape (no checkpoint verified on the PFS)."""
+    guard, manager, train_step = guarded_run(tmp_path, exporter, replication_retry_s=0.2)
+    ended = threading.Event()
+
+    def rank_ends() -> None:
+        with contextlib.suppress(RuntimeError):
+            collective_breaks(guard)
+        ended.set()
+
+    url = exporter.url
+    try:
+        (tmp_path / "pfs").rename(tmp_path / "pfs-gone")
+        train_step()
+        manager.save(guard.global_step, stable=True)
+        manager.wait()
+        train_step()
+        deadline = time.monotonic() + 10
+        while not (status := fetch_status(url)).inventory:
+            assert time.monotonic() < deadline, status
+            time.sleep(0.05)
+        assert [(r.step, r.pfs.complete) for r in status.inventory] == [(1, False)]
+
+        (tmp_path / "pfs-gone").rename(tmp_path / "pfs")  # the copy can land now
+        closing = threading.Thread(target=rank_ends)
+        closing.start()
+        while not ended.is_set():
+            status = fetch_status(url)  # never refused before the hand-over
+            if [(r.step, r.pfs.verified) for r in status.inventory] == [(1, True)]:
+                break
+            assert time.monotonic() < deadline + HAND_OVER_SECONDS, status
+            time.sleep(0.05)
+        closing.join(HAND_OVER_SECONDS)
+        assert not closing.is_alive(), "the hand-over ends once a scrape listed the copy"
+        assert [(r.step, r.pfs.verified) for r in status.inventory] == [(1, True)]
+        with pytest.raises(AgentUnreachableError):
+            fetch_status(url)  # and then the agent is gone
+    finally:
+        manager.close()
+        guard.close()
+
+
+def test_an_error_ends_at_once_when_the_operator_already_read_the_newest_scan(
+    tmp_path: Path, exporter: AgentExporter
+) -> None:
+    guard, manager, train_step = guarded_run(tmp_path, exporter)
+    try:
+        train_step()
+        settled(lambda: manager.scans)
+        fetch_status(exporter.url)  # the operator's scrape
+        started = time.monotonic()
+        with pytest.raises(RuntimeError, match="closed by peer"):
+            collective_breaks(guard)
+        assert time.monotonic() - started < 1.0
+    finally:
+        manager.close()

@@ -197,6 +197,8 @@ class _StatusParts:
     preflight: PreflightFacts | None = None
     saved_request: int = 0
     saved_step: int | None = None
+    inventory_serial: int = 0
+    """Grows with every inventory or PFS condition set (see `await_inventory_served`)."""
 
 
 class AgentExporter:
@@ -245,6 +247,8 @@ class AgentExporter:
         self._thread: threading.Thread | None = None
         self.before_status: Callable[[], None] | None = None
         """Run before each status is served (the guard re-scans an inventory in flight)."""
+        self._sent = threading.Condition()
+        self._inventory_serial_sent = 0
 
     @classmethod
     def from_env(
@@ -334,14 +338,21 @@ class AgentExporter:
 
     def set_inventory(self, records: Iterable[CheckpointRecord]) -> None:
         with self._parts_lock:
-            self._parts = dataclasses.replace(self._parts, inventory=tuple(records))
+            self._parts = dataclasses.replace(
+                self._parts,
+                inventory=tuple(records),
+                inventory_serial=self._parts.inventory_serial + 1,
+            )
 
     def set_pfs(self, available: bool, message: str) -> None:
         """Whether this pod's last PFS write succeeded, and the error when it did not."""
         shown = "" if available else message[:PFS_MESSAGE_MAX]
         with self._parts_lock:
             self._parts = dataclasses.replace(
-                self._parts, pfs_available=available, pfs_message=shown
+                self._parts,
+                pfs_available=available,
+                pfs_message=shown,
+                inventory_serial=self._parts.inventory_serial + 1,
             )
 
     def set_saved(self, request: int, step: int | None) -> None:
@@ -410,6 +421,29 @@ class AgentExporter:
             saved_request=parts.saved_request,
             saved_step=parts.saved_step,
         )
+
+    @property
+    def inventory_serial(self) -> int:
+        return self._parts.inventory_serial
+
+    def inventory_sent(self, serial: int) -> None:
+        """A status showing the inventory and PFS condition of `serial` reached its client."""
+        with self._sent:
+            self._inventory_serial_sent = max(self._inventory_serial_sent, serial)
+            self._sent.notify_all()
+
+    def await_inventory_served(self, timeout: float) -> bool:
+        """Wait until a status showing the current inventory was sent; False after `timeout`
+        (at once when not serving).
+
+        The guard's hand-over before the process ends: what it scanned last is then known to
+        a client (the operator's scrape), not only to this process.
+        """
+        if self._server is None:
+            return False
+        serial = self.inventory_serial
+        with self._sent:
+            return self._sent.wait_for(lambda: self._inventory_serial_sent >= serial, timeout)
 
     def authorized(self, authorization: str | None) -> bool:
         """Constant-time check of a request's Authorization header against the job's token."""
@@ -587,8 +621,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(HTTP_OK, CONTENT_TYPE_LATEST, generate_latest(exporter.registry))
         elif path == STATUS_HTTP_PATH:
             exporter.refresh_status()
+            serial = exporter.inventory_serial  # read first: the status shows this or newer
             body = exporter.status().model_dump_json().encode()
             self._send(HTTP_OK, "application/json", body)
+            exporter.inventory_sent(serial)
         else:
             self._send_json(
                 HTTP_NOT_FOUND,

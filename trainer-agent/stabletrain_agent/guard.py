@@ -86,6 +86,9 @@ class PfsState(Protocol):
 INVENTORY_REFRESH_WAIT_SECONDS = 1.0
 """How long a status request waits for a fresh scan while a local copy waits for the PFS:
 the operator's scrape timeout is 2 s, and a hung PFS must not silence the pod."""
+HAND_OVER_SECONDS = 10.0
+"""How long training that ends on an error keeps the process for its copies on their way to
+the PFS and for one scrape of the result (the operator scrapes that long, too)."""
 
 
 class Checkpoints(Protocol):
@@ -283,9 +286,36 @@ class Guard:
         self._observed[name] = value
 
     def close(self) -> None:
-        """Stop serving metrics and directives (safe to call more than once)."""
+        """Stop serving metrics and directives (safe to call more than once).
+
+        Called while an error other than a trip ends training (from the loop's `finally`),
+        it first hands the checkpoints over (`_hand_over_checkpoints`).
+        """
+        ending = sys.exc_info()[1]
+        if isinstance(ending, Exception) and not isinstance(ending, TrainingTripped):
+            self._hand_over_checkpoints()
         if self.exporter is not None:
             self.exporter.stop()
+
+    def _hand_over_checkpoints(self) -> None:
+        """Under the operator (directives applied): finish the copies on their way to the
+        PFS and scan when the last scan may be out of date, then keep answering until a
+        status listing the newest scan was served; at most HAND_OVER_SECONDS in all.
+
+        A rank killed outright ends the other ranks' collective with an error at once (gloo),
+        and without this their agents went with them, their copies still in flight
+        abandoned: the operator, told of the kill by the pod watch, found no agent left to
+        ask and planned the restart from its previous scrape, which may list the newest
+        checkpoint not yet complete on the PFS, or not at all.
+        """
+        checkpoints, exporter = self.checkpoints, self.exporter
+        if checkpoints is None or exporter is None or self.applied is None:
+            return
+        deadline = time.monotonic() + HAND_OVER_SECONDS
+        if self._scan_outdated(checkpoints):
+            checkpoints.flush(HAND_OVER_SECONDS)
+            self._rescan(deadline)
+        exporter.await_inventory_served(max(0.0, deadline - time.monotonic()))
 
     def is_save_step(self) -> bool:
         """Whether the step just finished is one the job saves at, as the attached manager's
@@ -400,12 +430,14 @@ class Guard:
 
     def _refresh_for_status(self) -> None:
         """Before the exporter serves a status: while a copy this node holds is not complete
-        on the PFS, scan again, so the scrape lists it complete once the slowest node's copy
-        landed.
+        on the PFS, or when a save committed or a copy landed since the last scan, scan
+        again, so the scrape lists it (complete once the slowest node's copy landed).
 
-        Other nodes' parts reaching the PFS move no version here, and the training thread
-        may be blocked in a collective for good (a peer just died): the operator plans that
-        restart from this very scrape. Waits at most INVENTORY_REFRESH_WAIT_SECONDS.
+        Other nodes' parts reaching the PFS move no version here, and the training thread,
+        which scans after its steps, may step no more: blocked in a collective for good (a
+        peer just died, NCCL) or ending on its error (gloo, `_hand_over_checkpoints`). The
+        operator plans that restart from this very scrape. Waits at most
+        INVENTORY_REFRESH_WAIT_SECONDS.
 
         Also tells the heartbeat when the manager's restore finished: the operator's
         start-up stall bound counts from then, never through the restore.
@@ -415,9 +447,19 @@ class Guard:
         restored_at = self.checkpoints.restored_at
         if restored_at is not None and self.exporter is not None:
             self.exporter.began_training(restored_at)
-        if not self._awaiting_pfs:
-            return
-        deadline = time.monotonic() + INVENTORY_REFRESH_WAIT_SECONDS
+        if self._scan_outdated(self.checkpoints):
+            self._rescan(time.monotonic() + INVENTORY_REFRESH_WAIT_SECONDS)
+
+    def _scan_outdated(self, checkpoints: Checkpoints) -> bool:
+        """The last scan listed a copy not complete on the PFS, or the inventory moved since
+        it began (before the first step's scan: neither, as before)."""
+        exported = self._exported_version
+        return self._awaiting_pfs or (
+            exported is not None and checkpoints.inventory_version != exported
+        )
+
+    def _rescan(self, deadline: float) -> None:
+        """Export a scan begun after this call, waiting for it until `deadline`."""
         for _ in range(2):  # a scan already running may have begun before the copy landed
             thread, started = self._start_export(force=True)
             if thread is None:

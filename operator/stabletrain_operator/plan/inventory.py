@@ -83,6 +83,14 @@ def merged_inventory(
     return tuple(merged[-INVENTORY_MAX:])
 
 
+def copies_in_flight(status: AgentStatus) -> bool:
+    """The pod's last scan lists a copy on its node's local tier that is not complete on a
+    PFS taking its writes: on its way there, or waiting for another node's part."""
+    return status.pfs_available is True and any(
+        record.local and not record.pfs.complete for record in status.inventory
+    )
+
+
 def without_abandoned(
     records: Sequence[CheckpointRecord], resume_step: int, attempt: int
 ) -> tuple[CheckpointRecord, ...]:
