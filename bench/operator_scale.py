@@ -30,7 +30,9 @@ import dataclasses
 import json
 import math
 import os
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -147,6 +149,31 @@ def operator_process(
         process.stop()
 
 
+@contextlib.contextmanager
+def sampled(pid: int, into: Path | None, name: str, seconds: float) -> Iterator[None]:
+    """py-spy samples `pid` for `seconds` into `into`/`name`.txt (collapsed stacks, one line
+    per stack with its sample count), so the steady window's CPU can be read by function.
+    Nothing without `into`; py-spy is not a dependency (`pip install py-spy`)."""
+    if into is None:
+        yield
+        return
+    spy = shutil.which("py-spy")
+    if spy is None:
+        raise SystemExit("--profile needs py-spy on PATH (pip install py-spy)")
+    into.mkdir(parents=True, exist_ok=True)
+    argv = [spy, "record", "--pid", str(pid), "--duration", str(math.ceil(seconds)),
+            "--rate", "50", "--nonblocking", "--format", "raw",
+            "--output", str(into / f"{name}.txt")]  # fmt: skip
+    with subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as spying:
+        try:
+            yield
+        finally:
+            try:
+                spying.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                spying.kill()
+
+
 def wait_for(what: str, check: Any, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -223,7 +250,8 @@ def measure(args: argparse.Namespace, jobs: int) -> dict[str, Any]:
         before, cpu_before, t0 = request_counts(plane), cpu_seconds(operator.pid), (
             time.monotonic()
         )  # fmt: skip
-        time.sleep(args.window)
+        with sampled(operator.pid, args.profile, f"operator-{jobs}-jobs", args.window):
+            time.sleep(args.window)
         after, cpu_after, t1 = request_counts(plane), cpu_seconds(operator.pid), (
             time.monotonic()
         )  # fmt: skip
@@ -443,6 +471,9 @@ def main() -> None:
     parser.add_argument("--start-timeout", type=float, default=300.0)
     parser.add_argument("--big-job", type=int, default=0, help="also one job of N nodes")
     parser.add_argument("--big-job-nodes", type=int, default=64, help="simulated Nodes for it")
+    parser.add_argument(
+        "--profile", type=Path, default=None, help="py-spy the operator's steady window into DIR"
+    )
     args = parser.parse_args()
     sizes = [*args.jobs, *([1000] if args.with_1000 else [])]
     if any(size < args.trips for size in sizes):
