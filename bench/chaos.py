@@ -51,9 +51,11 @@ from support.tinygpt import REPO
 
 NAMESPACE = "chaos"
 NODES = ("node-a", "node-b", "node-c")
-PACE_S = 0.16
-"""Seconds per step of the tiny GPT (2 ranks, gloo) measured on this 2-core machine with the
-other sessions' load; turns --minutes into a step count."""
+PACE_S = 0.065
+"""Seconds per step of the tiny GPT (2 ranks, gloo) on this 2-core machine when nothing else
+runs (the clean run of 4,500 steps took 283.5 s, start-up included; under other work's load
+it was 0.16 s); turns --minutes into a step count. A run shorter than its plan needs has its
+gaps squeezed, which the plan's last line and a warning show."""
 WARMUP_S = 30.0
 """No fault in the first seconds after the first step: a spike only trips past the
 detection's 100-step warm-up, and a rollback needs a stable checkpoint 100 steps before
@@ -118,6 +120,10 @@ def run(args: argparse.Namespace, work: Path) -> int:
         plan = make_schedule(args.seed, window, args.interval, kinds)
         for line in schedule_lines(plan, args.seed):
             say(line)
+        if plan[-1].at >= window[1] - 1:
+            say(f"  warning: the plan was squeezed into the clean run's {window[1]:.0f} s of "
+                f"training, faults are denser than one group every {args.interval:g} s; a "
+                "longer run (--steps, --minutes) keeps the interval")  # fmt: skip
         write_json(out / "chaos-plan.json", {"seed": args.seed, "steps": steps,
                                              "plan": plan_json(plan)})  # fmt: skip
         manifest = chaos_manifest("chaos", steps, args.seed)

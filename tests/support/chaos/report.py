@@ -25,7 +25,17 @@ def _s(value: float | None) -> str:
 
 
 def schedule_lines(plan: Sequence[Planned], seed: int) -> list[str]:
-    return [f"fault plan (seed {seed}):", *(f"  {p.describe()}" for p in plan)]
+    """The plan, then how dense it really is: what a reader compares with the interval."""
+    starts = [p.at for p in plan if p.follows is None]
+    lines = [f"fault plan (seed {seed}):", *(f"  {p.describe()}" for p in plan)]
+    if len(starts) > 1:
+        span = starts[-1] - starts[0]
+        lines.append(
+            f"  {len(plan)} faults in {len(starts)} groups over {span:.0f} s: one group every "
+            f"{span / (len(starts) - 1):.0f} s on average, one fault every "
+            f"{span / (len(plan) - 1):.0f} s"
+        )
+    return lines
 
 
 def applied_lines(applied: Sequence[Applied], started_at: float) -> list[str]:
