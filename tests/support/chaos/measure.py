@@ -103,25 +103,28 @@ def _phase_after(phases: list[tuple[float, str, Json]], name: str, after: float)
 
 def incidents(recorder: Recorder, status: Json, logs: StepLogs, nodes: int) -> list[Incident]:
     phases = recorder.phases()
+    history = status.get("rollbackHistory") or []
+    relaunched = {int(e["attempt"]) for e in history if e.get("action") in RELAUNCHING_ACTIONS}
     found: list[Incident] = []
-    for entry in status.get("rollbackHistory") or []:
+    for entry in history:
         if entry.get("action") not in RELAUNCHING_ACTIONS:
             decided = _entry_time(entry)
             found.append(Incident(entry, None, None, None, None, None, None, None, {}, decided))
             continue
         launched = int(entry["attempt"])
+        stopped = _stopped_attempt(launched, relaunched)
         stopping = next(
             (at for at, phase, state in phases
-             if phase == "Stopping" and int(state.get("attempt", -1)) == launched - 1),
+             if phase == "Stopping" and int(state.get("attempt", -1)) == stopped),
             None,
         )  # fmt: skip
         if stopping is None:  # not seen (the API server was down)
             stopping = _entry_time(entry)
         base = stopping if stopping is not None else 0.0
         steps = logs.steps(launched)
-        reached = [r["step"] for rank in range(nodes) for r in logs.steps(launched - 1, rank)]
+        reached = [r["step"] for rank in range(nodes) for r in logs.steps(stopped, rank)]
         if not reached:  # stopped before its first step: it trained nothing to lose
-            began = next((e for e in logs.events(launched - 1) if e["event"] == "start"), {})
+            began = next((e for e in logs.events(stopped) if e["event"] == "start"), {})
             reached = [int(began.get("restored_step") or 0)]
         starts = {
             rank: next((e for e in logs.events(launched, rank) if e["event"] == "start"), {})
@@ -144,6 +147,17 @@ def incidents(recorder: Recorder, status: Json, logs: StepLogs, nodes: int) -> l
             )
         )
     return found
+
+
+def _stopped_attempt(launched: int, relaunched: set[int]) -> int:
+    """The attempt whose stop began the incident that launched `launched`. Usually the one
+    before it; but a relaunch that could not restore its target is planned again without
+    it, under the same record (the operator keeps one rollbackHistory entry per incident),
+    so attempts with no record of their own belong to the incident before them."""
+    stopped = launched - 1
+    while stopped > 0 and stopped not in relaunched:
+        stopped -= 1
+    return stopped
 
 
 def _entry_time(entry: Json) -> float | None:

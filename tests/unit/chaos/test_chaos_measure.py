@@ -12,6 +12,7 @@ from support.chaos.inject import Injected
 from support.chaos.measure import (
     LIVE_WINDOW_S,
     Incident,
+    incidents,
     measure_faults,
     summarize,
     unattributed,
@@ -202,3 +203,34 @@ def test_a_chaos_run_that_never_finished_counts_the_wall_time_it_took(tmp_path: 
     assert summary.chaos_seconds == 400.0
     assert round(summary.ettr, 3) == 0.05
     assert summary.human_actions == 1, "a job that never finishes waits for a person"
+
+
+class SeenPhases:
+    """What `incidents` reads of a Recorder: the job's phase changes and when pods ran."""
+
+    def __init__(self, phases: list[tuple[float, str, dict[str, Any]]]) -> None:
+        self._phases = phases
+
+    def phases(self) -> list[tuple[float, str, dict[str, Any]]]:
+        return self._phases
+
+    def pods_running(self, attempt: int, count: int) -> float | None:
+        return None
+
+
+def test_a_restart_planned_again_after_its_restore_failed_is_one_incident_from_the_first_stop(
+    tmp_path: Path,
+) -> None:
+    logs = StepLogs(tmp_path, "ns", claim="pfs/chaos")
+    write_attempt(logs, 0, range(1, 507), None, at=T0)
+    (logs.directory / "attempt-1-rank-0.jsonl").write_text("")  # its restore of 475 failed
+    write_attempt(logs, 2, range(451, 600), 450, source="pfs", at=T0 + 70.0)
+    seen = SeenPhases([
+        (T0 + 51.0, "Stopping", {"attempt": 0}), (T0 + 53.0, "Relaunching", {"attempt": 0}),
+        (T0 + 62.0, "Stopping", {"attempt": 1}), (T0 + 64.0, "Relaunching", {"attempt": 1}),
+    ])  # fmt: skip
+    entry = {"action": "RestartFromLatest", "attempt": 2, "signal": "WorkerFailure",
+             "fromStep": 506, "toStep": 450}  # fmt: skip
+    (incident,) = incidents(seen, {"rollbackHistory": [entry]}, logs, nodes=2)
+    assert incident.stopping_at == T0 + 51.0, "the incident began with attempt 0's stop"
+    assert (incident.reached_step, incident.restored_step, incident.steps_lost) == (506, 450, 56)
