@@ -632,10 +632,21 @@ class Guard:
                 self._write_lineage(finding.onset_step)
 
     def _write_lineage(self, onset_step: int) -> str:
+        """The window's lineage on the PFS, for people and tools reading an incident later;
+        "" when there is nowhere to write it. A PFS that refuses the write (read-only, full,
+        gone) must not end training: the trip report still names the suspect shards, which
+        the ranks gather among themselves. Under a read-only PFS this once crashed both ranks
+        at a sustained spike, and the restart went back 2,359 steps (make chaos)."""
         if self.env.lineage_root is None:
             return ""
         directory = lineage_dir(self.env.lineage_root, self.env.attempt, onset_step)
-        write_window(directory, self.rank, onset_step, self.lineage.window())
+        try:
+            write_window(directory, self.rank, onset_step, self.lineage.window())
+        except OSError as error:
+            where = f"step {onset_step} not written to {directory}"
+            print(f"stabletrain: lineage of the spike window at {where}: {error}; training goes on",
+                  file=sys.stderr, flush=True)  # fmt: skip
+            return ""
         return str(directory)
 
     def _suspect_shards_of_all_ranks(self, onset_step: int) -> tuple[str, ...]:
