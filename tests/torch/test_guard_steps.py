@@ -181,41 +181,13 @@ def train_with_inf_loss_from_step_6(
         optimizer.zero_grad()
 
 
-def test_a_pfs_that_refuses_the_lineage_does_not_end_training(
-    tiny_gpt: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def tripped_on_inf_loss(
+    tiny_gpt: ModuleType, env: GuardEnv, checkpoints: RecordedCheckpoints | None = None
+) -> tuple[Guard, nn.Module, TrainingTripped]:
+    """A guard that trips on the second non-finite step (the loss is inf from step 6)."""
     model = tiny_model(tiny_gpt)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     batches = token_batches()
-    termination = tmp_path / "termination-log"
-    refusing = tmp_path / "pfs"
-    refusing.write_text("a file where the PFS's directory should be: every mkdir fails")
-    env = GuardEnv(termination_path=termination, lineage_root=refusing / "lineage")
-    guard = Guard(
-        model,
-        optimizer,
-        data=batches,
-        directives=directives(non_finite=NonFiniteConfig(consecutive_steps=2)),
-        guard_env=env,
-    )
-    with pytest.raises(TrainingTripped) as tripped:  # not an OSError from the lineage write
-        train_with_inf_loss_from_step_6(model, optimizer, batches, guard)
-    report = tripped.value.report
-    assert (report.step, report.onset_step, report.signal) == (7, 6, Signal.NON_FINITE)
-    assert report.suspect_shards == ("shard-0",)
-    assert report.lineage_path == ""
-    assert "lineage of the spike window at step 6 not written to" in capsys.readouterr().err
-
-
-def test_a_trip_stops_with_the_report_and_the_lineage(tiny_gpt: ModuleType, tmp_path: Path) -> None:
-    model = tiny_model(tiny_gpt)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
-    batches = token_batches()
-    termination = tmp_path / "termination-log"
-    checkpoints = RecordedCheckpoints()
-    env = GuardEnv(
-        attempt=0, node="node-a", termination_path=termination, lineage_root=tmp_path / "lineage"
-    )
     guard = Guard(
         model,
         optimizer,
@@ -226,7 +198,31 @@ def test_a_trip_stops_with_the_report_and_the_lineage(tiny_gpt: ModuleType, tmp_
     )
     with pytest.raises(TrainingTripped) as tripped:
         train_with_inf_loss_from_step_6(model, optimizer, batches, guard)
-    assert tripped.value.code == TRIP_EXIT_CODE
+    return guard, model, tripped.value
+
+
+def test_a_pfs_that_refuses_the_lineage_does_not_end_training(
+    tiny_gpt: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    refusing = tmp_path / "pfs"
+    refusing.write_text("a file where the PFS's directory should be: every mkdir fails")
+    env = GuardEnv(termination_path=tmp_path / "termination-log", lineage_root=refusing / "lineage")
+    _, _, tripped = tripped_on_inf_loss(tiny_gpt, env)  # not an OSError from the lineage write
+    report = tripped.report
+    assert (report.step, report.onset_step, report.signal) == (7, 6, Signal.NON_FINITE)
+    assert report.suspect_shards == ("shard-0",)
+    assert report.lineage_path == ""
+    assert "lineage of the spike window at step 6 not written to" in capsys.readouterr().err
+
+
+def test_a_trip_stops_with_the_report_and_the_lineage(tiny_gpt: ModuleType, tmp_path: Path) -> None:
+    termination = tmp_path / "termination-log"
+    checkpoints = RecordedCheckpoints()
+    env = GuardEnv(
+        attempt=0, node="node-a", termination_path=termination, lineage_root=tmp_path / "lineage"
+    )
+    guard, model, tripped = tripped_on_inf_loss(tiny_gpt, env, checkpoints)
+    assert tripped.code == TRIP_EXIT_CODE
     assert guard.global_step == 7
     assert params_finite(model)
     report = parse_termination_message(termination.read_text())
