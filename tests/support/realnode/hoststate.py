@@ -131,10 +131,17 @@ def cgroup_processes(state: HostState) -> set[int]:
 
 
 def kill_cgroup_processes(state: HostState, timeout: float = 20.0) -> None:
-    """SIGKILLs the node's processes until none is left (frozen first, so none forks)."""
+    """SIGKILLs the node's processes until none is left (frozen first, so none forks), then
+    waits until they are reaped.
+
+    A killed process leaves its cgroup at once but stays a zombie until its parent reaps it.
+    Once its shim is gone that parent is the host's init, which may take seconds (PID 1 here
+    reaps orphans about 1.5 s late), so "stopped" means gone from /proc."""
     freezer = CGROUP_ROOT / "freezer" / state.cgroup / "freezer.state"
     deadline = time.monotonic() + timeout
+    killed: set[int] = set()
     while pids := cgroup_processes(state):
+        killed |= pids
         if freezer.exists():
             with contextlib.suppress(OSError):
                 freezer.write_text("FROZEN")
@@ -146,6 +153,22 @@ def kill_cgroup_processes(state: HostState, timeout: float = 20.0) -> None:
                 freezer.write_text("THAWED")
         if time.monotonic() > deadline:
             raise RuntimeError(f"processes of node {state.node_id} survive SIGKILL: {pids}")
+        time.sleep(0.1)
+    _wait_reaped(killed, deadline + timeout)
+
+
+def _wait_reaped(pids: set[int], deadline: float) -> None:
+    """Reaps the killed processes that are this process's children; waits for the rest."""
+    while pids:
+        for pid in list(pids):
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
+            if not Path(f"/proc/{pid}").exists():
+                pids.discard(pid)
+        if not pids:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"killed processes were never reaped by their parent: {pids}")
         time.sleep(0.1)
 
 
