@@ -147,7 +147,8 @@ class LocalTierSpec(ApiModel):
     """Any core/v1 volume source instead (e.g. an ephemeral or local PersistentVolume claim)."""
     retention: int = Field(default=DEFAULT_RETENTION, ge=MIN_KEEP, le=1000)
     """Regular checkpoints each pod keeps on its node (spike markers and the rollback target
-    come on top); at least 2 so the rollback target survives a new save."""
+    come on top); at least 2 so the rollback target survives a new save. While the newest
+    wait for the PFS, the oldest kept is the newest already on it (above 2)."""
     size_limit: Quantity | None = None
     """Budget of each pod's part of the tier: the agent keeps fewer checkpoints (never below
     2) so that the kept ones plus the one being written fit, dropping spike markers and the

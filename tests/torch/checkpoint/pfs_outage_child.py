@@ -31,6 +31,10 @@ def pfs_steps(manager: CheckpointManager) -> list[int]:
     return [record.step for record in manager.inventory() if record.pfs.verified]
 
 
+def local_steps(manager: CheckpointManager) -> list[int]:
+    return [s for s in range(1, 9) if local_copy_dir(manager.config.local_dir, s, 1).is_dir()]
+
+
 def main() -> None:
     base = Path(sys.argv[1])
     local, pfs = base / "local", base / "pfs"
@@ -38,7 +42,7 @@ def main() -> None:
     torch.set_num_threads(1)
     holder = Holder(reference(0))
     config = CheckpointConfig(
-        local, pfs, 1, "n0", keep_local=8, keep_pfs=8, replication_retry_s=0.1
+        local, pfs, 1, "n0", keep_local=3, keep_pfs=8, replication_retry_s=0.1
     )
     manager = CheckpointManager(config, {"app": holder})
     manager.restore()
@@ -47,9 +51,10 @@ def main() -> None:
     seen["healthy_flush"] = not manager.flush(30).timed_out
 
     remount(pfs, "ro")
-    seen["readonly_saved"] = [save(manager, holder, step) for step in (3, 4)]
+    seen["readonly_saved"] = [save(manager, holder, step) for step in (3, 4, 5)]
     seen["readonly_flush_timed_out"] = manager.flush(1).timed_out
     seen["readonly_condition"] = [manager.pfs_condition.available, manager.pfs_condition.message]
+    seen["readonly_local"] = local_steps(manager)
     remount(pfs, "rw")
     seen["after_readonly_flush"] = not manager.flush(30).timed_out
     seen["after_readonly_condition"] = manager.pfs_condition.available
@@ -58,10 +63,11 @@ def main() -> None:
     away = base / "pfs-away"
     subprocess.run(["umount", str(pfs)], check=True)
     pfs.rename(away)
-    seen["removed_saved"] = [save(manager, holder, step) for step in (5, 6)]
+    seen["removed_saved"] = [save(manager, holder, step) for step in (6, 7, 8)]
     seen["removed_flush_timed_out"] = manager.flush(1).timed_out
     seen["removed_condition"] = [manager.pfs_condition.available, manager.pfs_condition.message]
     seen["removed_not_recreated"] = not pfs.exists()
+    seen["removed_local"] = local_steps(manager)
     away.rename(pfs)
     seen["after_removed_flush"] = not manager.flush(30).timed_out
     seen["after_removed_condition"] = manager.pfs_condition.available

@@ -90,3 +90,33 @@ def test_copies_within_leaves_room_for_the_save_being_written() -> None:
     assert copies_within(50, 100) == 0
     with pytest.raises(ValueError, match="copy size > 0"):
         copies_within(100, 0)
+
+
+def test_while_the_pfs_lags_the_newest_copy_on_it_stays_in_place_of_the_oldest() -> None:
+    items = [item(s) for s in (100, 200, 300, 400, 500)]
+    waiting_for_pfs = {(300, 1), (400, 1), (500, 1)}
+    deleted = plan_deletions(items, keep=3, unreplicated=waiting_for_pfs)
+    assert deleted == [(100, 1), (300, 1)]  # 400, 500 newest; 200 newest on both tiers
+
+
+def test_the_minimum_retention_keeps_the_two_newest_only() -> None:
+    items = [item(s, stable=False) for s in (100, 200, 300, 400)]
+    deleted = plan_deletions(items, keep=2, unreplicated={(300, 1), (400, 1)})
+    assert deleted == [(100, 1), (200, 1)]
+
+
+def test_without_a_pfs_or_with_it_current_the_retention_is_unchanged() -> None:
+    items = [item(s) for s in (100, 200, 300, 400)]
+    assert plan_deletions(items, keep=3, unreplicated=None) == [(100, 1)]
+    assert plan_deletions(items, keep=3, unreplicated=set()) == [(100, 1)]
+    assert plan_deletions(items, keep=3, unreplicated={(400, 1)}) == [(100, 1)]
+
+
+def test_a_size_budget_drops_the_copy_on_both_tiers_before_a_copy_only_here() -> None:
+    items = [item(s, stable=False) for s in (100, 200, 300, 400)]
+    unreplicated = {(200, 1), (300, 1), (400, 1)}
+    deleted = plan_deletions(
+        items, keep=3, waiting=[(200, 1), (300, 1), (400, 1)], unreplicated=unreplicated,
+        max_copies=3,
+    )  # fmt: skip
+    assert deleted == [(100, 1)]

@@ -731,6 +731,7 @@ class CheckpointManager:
             max_spike_markers=self.config.max_spike_markers,
             protected=self._protected,
             waiting=waiting,
+            unreplicated=None if self.replicator is None else self.replicator.pending(),
             max_copies=self._local_budget(manifests.values()),
         ):
             if self.replicator is not None:

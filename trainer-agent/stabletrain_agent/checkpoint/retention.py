@@ -5,6 +5,13 @@ newest save never leaves none), always the rollback target and the newest stable
 nothing regular that has fallen off the lineage (an abandoned trajectory is never
 restored, only misleads).
 
+While the newest copies wait for the PFS (it is slow, full or away), the newest copy that
+is already on it takes the place of the oldest one kept by choice (there is none at the
+minimum retention of 2, which holds the two newest): it is the newest restore point on
+both tiers, which a `BothTiers` selection needs. Without it, an outage of a few
+intervals left only the old rollback target on both tiers, and a restart went back
+thousands of steps.
+
 Spike markers (saved inside an anomaly, never restored) are evidence: at most
 `max_spike_markers` of them, the earliest of their episode first, because the state just
 as the spike began is what explains it; the newest episode wins over older ones.  A marker
@@ -86,13 +93,15 @@ def plan_deletions(
     max_spike_markers: int = MAX_SPIKE_MARKERS,
     protected: Collection[tuple[int, int]] = (),
     waiting: Sequence[tuple[int, int]] = (),
+    unreplicated: Collection[tuple[int, int]] | None = None,
     max_copies: int | None = None,
 ) -> list[tuple[int, int]]:
     """The (step, attempt) keys to delete, oldest first.
 
     `protected` is never deleted (the rollback target); `waiting` (copies not yet on the
     PFS, newest last) is kept as long as the size budget allows, before older regular
-    checkpoints and before markers.
+    checkpoints and before markers. `unreplicated` names every copy not on the PFS (None:
+    there is no PFS), so the newest one that is gets kept.
     """
     if keep < MIN_KEEP:
         raise ValueError(f"keep must be >= {MIN_KEEP}, got {keep}")
@@ -106,10 +115,14 @@ def plan_deletions(
     newest_stable = next((item for item in regular if item.stable), None)
     if newest_stable is not None:
         must.add(newest_stable.key)
+    by_choice = [item.key for item in regular[MIN_KEEP:keep]]
+    on_both = _newest_on_pfs(regular, unreplicated)
+    if on_both is not None and on_both not in must and by_choice:
+        by_choice = [on_both, *(key for key in by_choice if key != on_both)][: len(by_choice)]
     markers = markers_by_preference(item for item in items if item.spike_marker)
     wanted = [
         *(key for key in reversed(waiting) if key in present),
-        *(item.key for item in regular[MIN_KEEP:keep]),
+        *by_choice,
         *(item.key for item in markers[:max_spike_markers]),
     ]
     kept = set(must)
@@ -118,3 +131,12 @@ def plan_deletions(
             break
         kept.add(key)
     return sorted(key for key in present if key not in kept)
+
+
+def _newest_on_pfs(
+    regular_newest_first: Sequence[RetentionItem],
+    unreplicated: Collection[tuple[int, int]] | None,
+) -> tuple[int, int] | None:
+    if unreplicated is None:
+        return None
+    return next((i.key for i in regular_newest_first if i.key not in unreplicated), None)
