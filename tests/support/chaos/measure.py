@@ -5,8 +5,10 @@ each incident's action, signal and steps), the phases a Recorder saw with this h
 (Stopping -> Planning -> Relaunching), the pods it saw Running, and the ranks' own step logs
 (the same clock). Each incident that stopped the pods is laid at the door of one fault: the
 latest fault not yet explained, struck before the operator stopped the pods, whose kind
-expects that action (falling back to any such fault, so a wrong action shows as a mismatch,
-not a gap).
+expects that action, or else the latest that struck or ended within LIVE_WINDOW_S before it
+(a restarting kind first), so a wrong action shows as a mismatch, not a gap. A stop that
+fits no earlier fault and follows none that closely (a spike the run made itself) is
+reported apart, like the live decisions below.
 
 A live decision (Alert, ReduceLR: nothing stops) is a detector's answer to what the last
 steps looked like, so it belongs to a fault only if it came within LIVE_WINDOW_S of that
@@ -263,7 +265,9 @@ class Attribution:
     also: dict[int, list[Incident]] = field(default_factory=dict)
     """Fault index -> live decisions in its window after it already had its answer."""
     unattributed: list[Incident] = field(default_factory=list)
-    """Live decisions within LIVE_WINDOW_S of no fault."""
+    """Decisions no fault explains: live ones within LIVE_WINDOW_S of none, and stops that
+    fit no earlier fault's kind nor follow one within LIVE_WINDOW_S (a spike the run made
+    itself): shown on a line of their own, never laid at an unrelated fault."""
 
 
 def ended_at(applied: Applied, logs: StepLogs, incident: Incident | None = None) -> float:
@@ -285,11 +289,14 @@ def attribute(applied: Sequence[Applied], run: RunResult, found: list[Incident])
             and struck_at(a, run.logs, incident) <= incident.at
         ]  # fmt: skip
         fits = [a for a in before if expected_action(a.planned.kind) == incident.action]
-        restarting = [a for a in before if expected_action(a.planned.kind)]
-        pool = fits or restarting or before
-        if pool:
-            chosen = max(pool, key=lambda a: struck_at(a, run.logs, incident))
-            result.owner[chosen.planned.index] = incident
+        recent = [a for a in before if incident.at <= ended_at(a, run.logs) + LIVE_WINDOW_S]
+        restarting = [a for a in recent if expected_action(a.planned.kind)]
+        pool = fits or restarting or recent
+        if not pool:
+            result.unattributed.append(incident)  # a stop of the run's own making
+            continue
+        chosen = max(pool, key=lambda a: struck_at(a, run.logs, incident))
+        result.owner[chosen.planned.index] = incident
     for incident in sorted((i for i in found if i.live), key=lambda i: i.at):
         near = [
             a for a in struck
@@ -326,7 +333,7 @@ def measure_faults(
 def unattributed(
     applied: Sequence[Applied], run: RunResult, found: list[Incident]
 ) -> list[Incident]:
-    """The live decisions no fault explains (within LIVE_WINDOW_S of none)."""
+    """The decisions no fault explains (see Attribution.unattributed)."""
     return attribute(applied, run, found).unattributed
 
 

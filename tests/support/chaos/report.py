@@ -76,12 +76,13 @@ def fault_table(results: Sequence[FaultResult]) -> list[str]:
 
 
 def unattributed_lines(decisions: Sequence[Incident], clock: float) -> list[str]:
-    """The live decisions no fault explains: shown, never counted against a fault."""
+    """The decisions no fault explains: shown, never counted against a fault."""
     if not decisions:
-        return ["live decisions attributed to no fault: none"]
+        return ["decisions attributed to no fault: none"]
     return [
-        f"live decisions attributed to no fault (none struck or ended within "
-        f"{LIVE_WINDOW_S:.0f} s before; s after the chaos job's first step):",
+        f"decisions attributed to no fault (no fault of a kind they answer before them, none "
+        f"struck or ended within {LIVE_WINDOW_S:.0f} s before; s after the chaos job's first "
+        f"step):",
         *(f"  {d.describe(clock)}" for d in decisions),
     ]
 
