@@ -8,7 +8,7 @@ duration (support/chaos/schedule.py: every kind at least once, one fault group a
 `--interval` s, the operator SIGKILLed during a rollback, a torn checkpoint followed at once
 by a crash). Printed and saved to `--out`: the plan, each fault's injection time, the
 per-fault table (detect, stop, relaunch, process start, first resumed step, steps lost,
-whether the action matched the kind), the live decisions no fault explains, the per-kind
+whether the action matched the kind), the decisions no fault explains, the per-kind
 breakdown, ETTR (the clean run's time
 over the chaos run's, both from job creation to the last step), the final loss against the
 clean run's, the checkpoint and orphan checks, `chaos.json` and `chaos.png`.
