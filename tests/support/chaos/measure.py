@@ -6,9 +6,10 @@ each incident's action, signal and steps), the phases a Recorder saw with this h
 (the same clock). Each incident that stopped the pods is laid at the door of one fault: the
 latest fault not yet explained, struck before the operator stopped the pods, whose kind
 expects that action, or else the latest that struck or ended within LIVE_WINDOW_S before it
-(a restarting kind first), so a wrong action shows as a mismatch, not a gap. A stop that
-fits no earlier fault and follows none that closely (a spike the run made itself) is
-reported apart, like the live decisions below.
+(a restarting kind first), so a wrong action shows as a mismatch, not a gap. A rollback that
+skips the shard a spike fault poisoned belongs to that fault, however late: the shard stays
+bad, and a later pass over the data reads it again. A stop that fits no earlier fault and
+follows none that closely is reported apart, like the live decisions below.
 
 A live decision (Alert, ReduceLR: nothing stops) is a detector's answer to what the last
 steps looked like, so it belongs to a fault only if it came within LIVE_WINDOW_S of that
@@ -263,11 +264,12 @@ class Attribution:
     owner: dict[int, Incident] = field(default_factory=dict)
     """Fault index -> the incident laid at its door."""
     also: dict[int, list[Incident]] = field(default_factory=dict)
-    """Fault index -> live decisions in its window after it already had its answer."""
+    """Fault index -> live decisions in its window after it already had its answer, and the
+    rollbacks of a spike's poisoned shard read again."""
     unattributed: list[Incident] = field(default_factory=list)
     """Decisions no fault explains: live ones within LIVE_WINDOW_S of none, and stops that
-    fit no earlier fault's kind nor follow one within LIVE_WINDOW_S (a spike the run made
-    itself): shown on a line of their own, never laid at an unrelated fault."""
+    fit no earlier fault's kind nor follow one within LIVE_WINDOW_S: shown on a line of their
+    own, never laid at an unrelated fault."""
 
 
 def ended_at(applied: Applied, logs: StepLogs, incident: Incident | None = None) -> float:
@@ -283,6 +285,14 @@ def attribute(applied: Sequence[Applied], run: RunResult, found: list[Incident])
     struck = [a for a in applied if a.injected is not None]
     result = Attribution()
     for incident in sorted((i for i in found if not i.live), key=lambda i: i.at):
+        poisoner = _poisoner(struck, incident, run)
+        if poisoner is not None:  # its bad shard read again (a later pass over the data)
+            index = poisoner.planned.index
+            if index in result.owner:
+                result.also.setdefault(index, []).append(incident)
+            else:
+                result.owner[index] = incident
+            continue
         before = [
             a for a in struck
             if a.planned.index not in result.owner
@@ -313,6 +323,18 @@ def attribute(applied: Sequence[Applied], run: RunResult, found: list[Incident])
         else:
             result.owner[chosen.planned.index] = incident
     return result
+
+
+def _poisoner(struck: Sequence[Applied], incident: Incident, run: RunResult) -> Applied | None:
+    """The spike fault whose poisoned shard this stop's rollback skips, if any."""
+    skipped = {
+        shard for skip in incident.entry.get("skipped") or [] for shard in skip.get("shardIds", [])
+    }
+    for applied in struck:
+        shard = (applied.fired or {}).get("shard")
+        if shard in skipped and struck_at(applied, run.logs, incident) <= incident.at:
+            return applied
+    return None
 
 
 def measure_faults(

@@ -237,8 +237,8 @@ def test_a_restart_planned_again_after_its_restore_failed_is_one_incident_from_t
 
 
 def test_a_spike_long_after_an_operator_kill_is_a_stop_of_no_fault(tmp_path: Path) -> None:
-    """The long make chaos run laid a spike the run made itself (step 8657) on an operator
-    kill minutes earlier, as a mismatched Rollback."""
+    """The long make chaos run laid a spike at step 8657 on an operator kill minutes
+    earlier, as a mismatched Rollback."""
     plan = explicit_schedule([("operator-kill", 5)])
     kill = [Applied(plan[0], Injected("operator-kill", T0 + 5.0, "operator pid 1", ""),
                     phase="Running")]  # fmt: skip
@@ -251,3 +251,24 @@ def test_a_spike_long_after_an_operator_kill_is_a_stop_of_no_fault(tmp_path: Pat
     assert (result.action, result.matched) == ("", True), result.note
     assert unattributed(kill, run, [spike]) == [spike]
     assert "Rollback on LossSpike" in unattributed_lines([spike], clock=T0)[1]
+
+
+def test_a_rollback_of_a_spikes_poisoned_shard_read_again_is_that_spikes(tmp_path: Path) -> None:
+    """make chaos: the spike's shard-0228, skipped for steps 3599-3899, came back on the
+    next pass over the data at step 8449, right after a read-only PFS ended; the rollback
+    was laid at the PFS outage's door (a Rollback where none was expected)."""
+    plan = explicit_schedule([("spike", 5), ("pfs-readonly", 20)])
+    spike = Applied(plan[0], Injected("spike", T0 + 5.0, "rank 0", ""), phase="Running",
+                    fired={"step": 60, "time": T0 + 5.0, "shard": "shard-0228"})  # fmt: skip
+    pfs = Applied(plan[1], Injected("pfs-readonly", T0 + 20.0, "pfs claim", "", T0 + 30.0),
+                  phase="Running")  # fmt: skip
+    first, again = restart(50), restart(80)
+    for incident, at in ((first, 8.0), (again, 35.0)):
+        incident.entry = {**incident.entry, "action": "Rollback", "signal": "LossSpike",
+                          "skipped": [{"shardIds": ["shard-0228", "shard-0227"]}]}  # fmt: skip
+        incident.stopping_at = T0 + at
+    run = a_run(tmp_path)
+    spiked, outage = measure_faults([spike, pfs], run, [first, again], pace=0.1)
+    assert (spiked.action, spiked.matched) == ("Rollback", True)
+    assert "also Rollback on LossSpike" in spiked.note
+    assert (outage.action, outage.matched) == ("", True), outage.note
