@@ -271,6 +271,13 @@ class Attribution:
     fit no earlier fault's kind nor follow one within LIVE_WINDOW_S: shown on a line of their
     own, never laid at an unrelated fault."""
 
+    def lay(self, index: int, incident: Incident) -> None:
+        """The fault's answer if it has none yet, else one more decision it caused."""
+        if index in self.owner:
+            self.also.setdefault(index, []).append(incident)
+        else:
+            self.owner[index] = incident
+
 
 def ended_at(applied: Applied, logs: StepLogs, incident: Incident | None = None) -> float:
     """When the fault was over: a timed one's end, any other when it struck."""
@@ -287,11 +294,7 @@ def attribute(applied: Sequence[Applied], run: RunResult, found: list[Incident])
     for incident in sorted((i for i in found if not i.live), key=lambda i: i.at):
         poisoner = _poisoner(struck, incident, run)
         if poisoner is not None:  # its bad shard read again (a later pass over the data)
-            index = poisoner.planned.index
-            if index in result.owner:
-                result.also.setdefault(index, []).append(incident)
-            else:
-                result.owner[index] = incident
+            result.lay(poisoner.planned.index, incident)
             continue
         before = [
             a for a in struck
@@ -318,10 +321,7 @@ def attribute(applied: Sequence[Applied], run: RunResult, found: list[Incident])
         free = [a for a in near if a.planned.index not in result.owner]
         fits = [a for a in free if accepts(a.planned.kind, incident.action)]
         chosen = max(fits or free or near, key=lambda a: struck_at(a, run.logs))
-        if chosen.planned.index in result.owner:
-            result.also.setdefault(chosen.planned.index, []).append(incident)
-        else:
-            result.owner[chosen.planned.index] = incident
+        result.lay(chosen.planned.index, incident)
     return result
 
 

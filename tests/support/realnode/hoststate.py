@@ -159,7 +159,7 @@ def kill_cgroup_processes(state: HostState, timeout: float = 20.0) -> None:
 
 def _wait_reaped(pids: set[int], deadline: float) -> None:
     """Reaps the killed processes that are this process's children; waits for the rest."""
-    while pids:
+    while True:
         for pid in list(pids):
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, os.WNOHANG)
