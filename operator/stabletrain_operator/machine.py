@@ -74,7 +74,8 @@ from stabletrain_operator.preflight.condition import (
 
 STOP_FORCE_MARGIN = timedelta(seconds=10)
 """Pods still present this long after their grace period ran out are deleted with grace 0:
-a lost node never confirms a graceful deletion."""
+a lost node never confirms a graceful deletion. Pods whose node the control plane already
+marked as silent (PodFacts.node_silent) do not wait for this."""
 
 
 def stop_force_after(spec: StableTrainingJobSpec) -> timedelta:
@@ -965,7 +966,11 @@ def _stopping(status: StableTrainingJobStatus, world: World) -> Step:
         status = _late_trips(status, world, plan.from_attempt)
     if world.pods:
         since = plan.started_at if plan is not None else _suspended_since(status, world)
-        force = world.now - since >= stop_force_after(world.spec)
+        # Pods left only on nodes that stopped reporting are forced at once: no kubelet
+        # will ever confirm their graceful deletion.
+        force = world.now - since >= stop_force_after(world.spec) or all(
+            p.node_silent for p in world.pods
+        )
         # A pod already being deleted is not asked again (a 256-pod job's every tick
         # would be 256 requests) until the grace is over and it is forced.
         asked = [p for p in world.pods if force or not p.deleting]

@@ -47,10 +47,16 @@ SUSPECT_NODE_WEIGHT = 100
 server refuses weights outside 1-100: 101 made every relaunch away from a lost node fail
 with 422)."""
 DEFAULT_GRACE_SECONDS = 30
-LOST_NODE_TOLERATION_SECONDS = 15
-"""A worker on a NotReady or unreachable node is evicted after 15 s instead of Kubernetes'
-default 300 s: no rank can progress without every other, so waiting idles the whole job."""
-LOST_NODE_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+LOST_NODE_TOLERATION_SECONDS = {
+    "node.kubernetes.io/not-ready": 15,
+    "node.kubernetes.io/unreachable": 0,
+}
+"""How long a worker stays on a node the control plane marked lost, instead of Kubernetes'
+default 300 s: no rank can progress without every other, so waiting idles the whole job.
+Unreachable (the node stopped reporting for the node-monitor grace period, 40 s by default)
+evicts at once: the grace period was the wait, and a kubelet that answers again within it
+never gets the taint. NotReady (a kubelet that still reports, but an unhealthy node: PLEG,
+runtime or network plugin) gets 15 s, so a brief flap does not restart the run."""
 
 
 @dataclass
@@ -84,9 +90,8 @@ def _lost_node_tolerations(existing: list[Json]) -> list[Json]:
     """Ours for the lost-node taints the template does not tolerate itself."""
     own = {t.get("key") for t in existing}
     added = [
-        {"key": key, "operator": "Exists", "effect": "NoExecute",
-         "tolerationSeconds": LOST_NODE_TOLERATION_SECONDS}
-        for key in LOST_NODE_TAINTS
+        {"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": seconds}
+        for key, seconds in LOST_NODE_TOLERATION_SECONDS.items()
         if key not in own
     ]  # fmt: skip
     return existing + added

@@ -61,6 +61,9 @@ class PodFacts:
     """(step, attempt) when the pod could not restore the step its directives named."""
     agent_port: int | None = None
     """The agent port the pod declares (its container port named st-agent)."""
+    node_silent: bool = False
+    """Its node stopped reporting: the node controller marked the pod not ready (see
+    `_marked_by_node_controller`). No kubelet will confirm its deletion."""
 
     @property
     def finished(self) -> bool:
@@ -76,6 +79,16 @@ def _declared_agent_port(spec: Json) -> int | None:
             ):
                 return int(port["containerPort"])
     return None
+
+
+def _marked_by_node_controller(spec: Json, status: Json) -> bool:
+    """Ready False while ContainersReady is still True: the mark the node controller puts on
+    every pod of a node that went NotReady or Unknown. A kubelet that stops a container
+    turns both False; the one other way to this pair, unmet readiness gates, is ruled out."""
+    if spec.get("readinessGates"):
+        return False
+    conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
+    return conditions.get("Ready") == "False" and conditions.get("ContainersReady") == "True"
 
 
 def _int_label(labels: Json, key: str) -> int | None:
@@ -158,13 +171,15 @@ def pod_facts(pod: Json) -> PodFacts | None:
         finished_at=_time((terminated or {}).get("finishedAt")),
         restore_failure=parse_restore_failure(str(message)) if terminated else None,
         agent_port=_declared_agent_port(spec),
+        node_silent=_marked_by_node_controller(spec, status),
     )
 
 
 def failure_evidence(pod: PodFacts) -> str:
     """A sentence on why a pod ended without a trip report: crash, OOM, eviction, node loss."""
     if pod.state is PodState.GONE:
-        return f"pod {pod.name} on node {pod.node} was deleted before it finished"
+        silent = ", its node having stopped reporting" if pod.node_silent else ""
+        return f"pod {pod.name} on node {pod.node} was deleted before it finished{silent}"
     what = pod.reason or "Error"
     code = f" with exit code {pod.exit_code}" if pod.exit_code is not None else ""
     detail = f": {pod.message[:200]}" if pod.message and pod.trip is None else ""

@@ -14,8 +14,9 @@ The chaos harness (bench/chaos.py) decides when; this module does it, on the loc
   trips the default detection past its warm-up (baseline.warmupSteps, 100 steps).
 - "lost-node": a node running one of the job's pods is lost (heartbeats stop, its pods'
   processes die) and comes back after `lost_node_seconds` (tick), so the pool refills.
-  Keep it above ~30 s (the control plane's 10 s grace plus the workers' 15 s toleration):
-  the returning node finalizes the pods the eviction marked for deletion, not others.
+  Keep it above ~15 s (the control plane's 10 s grace, then the workers' unreachable
+  toleration of 0 s and the taint pass): the returning node finalizes the pods the eviction
+  marked for deletion, not others.
 - "pfs-readonly": the PFS claim read-only in every container of every pod that mounts it
   (a stacked read-only bind mount in each container's mount namespace, and read-only for
   containers that start meanwhile) for `pfs_seconds`; tick makes it writable again.

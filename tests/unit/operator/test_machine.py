@@ -155,6 +155,19 @@ def test_pods_already_being_deleted_are_not_asked_again_until_forced() -> None:
     assert late.delete_pods == ("job-a0-0", "job-a0-1")
 
 
+def test_pods_left_only_on_silent_nodes_are_forced_at_once() -> None:
+    """Before: a lost node's pods waited out the grace period plus 10 s (15.7 s in the long
+    chaos run). A live node's pod is still deleted gracefully first."""
+    status = running()
+    stop = advance(status, world(status, pods=tripped_pods()))
+    live, lost = tripped_pods()
+    silent = dataclasses.replace(lost, state=PodState.GONE, deleting=True, node_silent=True)
+    both = advance(stop.status, world(stop.status, pods=(live, silent), now=T0))
+    assert (both.delete_pods, both.force_delete) == (("job-a0-0",), False)
+    alone = advance(stop.status, world(stop.status, pods=(silent,), now=T0))
+    assert (alone.delete_pods, alone.force_delete) == (("job-a0-1",), True)
+
+
 def test_confirming_lasts_until_the_old_onset_and_its_window_pass_quietly() -> None:
     """Before: Confirming ended at the first step past the resume step (41) on the new
     directives. After: it lasts until every pod is past onset 55 + nonFinite's 3-step window

@@ -77,3 +77,36 @@ def test_pods_without_our_labels_are_ignored() -> None:
     pod = _pod("Running")
     pod["metadata"]["labels"] = {"stabletrain.dev/job": "job"}
     assert pod_facts(pod) is None
+
+
+def _conditions(ready: str, containers_ready: str) -> list[dict[str, str]]:
+    return [{"type": "ContainersReady", "status": containers_ready},
+            {"type": "Ready", "status": ready}]  # fmt: skip
+
+
+def test_a_pod_the_node_controller_marked_not_ready_is_on_a_silent_node() -> None:
+    """Conditions as the local cluster showed them 9.6 s after its node was lost: Ready
+    False, ContainersReady still True, no reason (the kubelet wrote nothing)."""
+    pod = _pod("Running", deletionTimestamp="2026-12-02T04:32:10Z")
+    pod["status"]["conditions"] = _conditions("False", "True")
+    facts = pod_facts(pod)
+    assert facts is not None
+    assert (facts.state, facts.node_silent) == (PodState.GONE, True)
+    assert failure_evidence(facts).endswith("its node having stopped reporting")
+
+
+@pytest.mark.parametrize(
+    ("ready", "containers_ready", "gates"),
+    [("True", "True", False), ("False", "False", False), ("False", "True", True)],
+    ids=["ready", "stopped-by-its-kubelet", "readiness-gates-unmet"],
+)
+def test_a_pod_is_on_a_silent_node_only_by_the_node_controllers_mark(
+    ready: str, containers_ready: str, gates: bool
+) -> None:
+    pod = _pod("Running")
+    pod["status"]["conditions"] = _conditions(ready, containers_ready)
+    if gates:
+        pod["spec"]["readinessGates"] = [{"conditionType": "example.com/attached"}]
+    facts = pod_facts(pod)
+    assert facts is not None
+    assert not facts.node_silent

@@ -138,7 +138,7 @@ def test_workers_on_a_lost_node_are_evicted_quickly_unless_the_template_says_oth
     tolerations = pods.build_pod(spec(), JOB, attempt=0, rank=0)["spec"]["tolerations"]
     assert {(t["key"], t["tolerationSeconds"]) for t in tolerations} == {
         ("node.kubernetes.io/not-ready", 15),
-        ("node.kubernetes.io/unreachable", 15),
+        ("node.kubernetes.io/unreachable", 0),
     }
     own = {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute"}
     template = {"spec": {"containers": [{"name": "trainer"}], "tolerations": [own]}}
