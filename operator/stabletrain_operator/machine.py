@@ -50,7 +50,11 @@ from stabletrain_operator.plan.confirm import Outcome, confirm_step, confirmatio
 from stabletrain_operator.plan.directives import attempt_directives, live_directives
 from stabletrain_operator.plan.inventory import merged_inventory, without_abandoned
 from stabletrain_operator.plan.placement import avoided_nodes, remember_suspects, unexpired
-from stabletrain_operator.plan.skips import describe_skip, merge_skip_ranges
+from stabletrain_operator.plan.skips import (
+    describe_skip,
+    merge_skip_ranges,
+    skipping_repeat_suspects,
+)
 from stabletrain_operator.pods import grace_seconds
 from stabletrain_operator.policy import (
     Decision,
@@ -891,7 +895,7 @@ def _stop_for(
         next_attempt=status.attempt + 1,
         lr_scale=decision.lr_scale,
         rewarmup_steps=decision.rewarmup_steps or 0,
-        added_skip=decision.skip[:8],
+        added_skip=skipping_repeat_suspects(decision.skip, world.skip_ranges)[:8],
         recurrence=decision.escalation_level,
         suspects=incident.suspects[:8],
         backoff_seconds=decision.backoff_seconds,

@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from stabletrain_agent.contract.directives import SkipRange, SkipUnit
+from stabletrain_agent.contract.directives import RUN_END, SkipRange, SkipUnit
 from stabletrain_agent.data import (
     BatchSkip,
     SampleRange,
@@ -192,3 +192,17 @@ def test_step_ranges_of_the_directives_become_the_batches_those_steps_consumed()
         assert tripped_run.last_lineage is not None
         consumed[step] = tripped_run.last_lineage.batch_index
     assert (consumed[8], consumed[9], consumed[12]) == (6, 7, 10)
+
+
+def test_a_range_to_the_run_end_keeps_its_shards_out_of_every_later_pass() -> None:
+    """The operator's answer to a shard suspected twice: unit Batch, 0 to RUN_END."""
+    for_good = SkipRange(first=0, last=RUN_END, unit=SkipUnit.BATCH, shard_ids=("b",))
+    around = SkipRange(first=6, last=7, unit=SkipUnit.STEP, shard_ids=("c",))
+    skip = skip_list_from_directives((for_good, around), resume_step=5, next_batch_index=5)
+    storage = RecordingShards()
+    batches = make(storage, skip=skip)
+    batches.load_state_dict({"position": 15, "batch_index": 5})
+    read = [sample for b in take(batches, 40) for sample in b]
+    assert len(read) == 120, "over four passes over the 27 samples of a, c and d"
+    assert "b" not in {shard for shard, _ in storage.fetched}
+    assert {shard for shard, _ in storage.fetched} == {"a", "c", "d"}

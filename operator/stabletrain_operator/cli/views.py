@@ -224,6 +224,8 @@ def _skips(status: StableTrainingJobStatus) -> str:
 
 
 def _range(skip: SkipRange) -> str:
+    if skip.to_run_end:
+        return f"shards {','.join(skip.shard_ids)} to the end"
     return f"{skip.unit.value.lower()}s {skip.first}-{skip.last}"
 
 

@@ -2,13 +2,16 @@
 
 A range decided once is never consumed again by any later attempt, so the list only grows;
 merging overlapping step ranges keeps it short enough to stay inline in status for long.
+A shard suspected by a second rollback is skipped for the rest of the run, not only around
+its onset: a step range covers one pass over the data, and on the next pass the same shard
+tripped again (the long chaos run, shard-0228 at steps 3646 and 8449).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
-from stabletrain_agent.contract.directives import SkipRange, SkipUnit
+from stabletrain_agent.contract.directives import RUN_END, SkipRange, SkipUnit
 
 SHARDS_NAMED_MAX = 16
 """Shard ids spelled out in one message; the rest are counted (status lists them all)."""
@@ -36,10 +39,25 @@ def merge_skip_ranges(*groups: Iterable[SkipRange]) -> tuple[SkipRange, ...]:
     return tuple(merged)
 
 
+def skipping_repeat_suspects(
+    added: Sequence[SkipRange], earlier: Iterable[SkipRange]
+) -> tuple[SkipRange, ...]:
+    """`added`, plus one range over every batch to the run's end for the shards it names
+    that an earlier range named already."""
+    named_before = {s for r in earlier for s in r.shard_ids}
+    again = sorted({s for r in added for s in r.shard_ids if s in named_before})
+    if not again:
+        return tuple(added)
+    rest = SkipRange(first=0, last=RUN_END, unit=SkipUnit.BATCH, shard_ids=tuple(again))
+    return (rest, *added)
+
+
 def describe_skip(skip: SkipRange) -> str:
     """A skip range as people read it in Events and conditions, with the shards it names."""
     unit = "steps" if skip.unit is SkipUnit.STEP else "batches"
     where = f"the data of {unit} {skip.first}-{skip.last}"
+    if skip.to_run_end:
+        where = f"the data of {unit} {skip.first} to the end of the run"
     if not skip.shard_ids:
         return where
     shards = ", ".join(skip.shard_ids[:SHARDS_NAMED_MAX])

@@ -11,7 +11,7 @@ import pytest
 from operator_builders import NODES, T0, agent, pod, record, spec, trip
 
 from stabletrain_agent.contract.channel import FindingReport
-from stabletrain_agent.contract.directives import SkipRange
+from stabletrain_agent.contract.directives import RUN_END, SkipRange, SkipUnit
 from stabletrain_agent.contract.names import Action, AnomalyClass
 from stabletrain_operator.api.constants import Phase
 from stabletrain_operator.api.spec import EscalationSpec
@@ -554,6 +554,36 @@ def test_a_rollback_decided_from_a_scrape_skips_the_shards_its_trip_report_names
     assert stop.status.plan is not None
     (skip,) = stop.status.plan.added_skip
     assert skip.shard_ids == shards
+
+
+def test_a_shard_suspected_again_is_skipped_to_the_end_of_the_run() -> None:
+    """Before: the long chaos run's poisoned shard-0228, skipped in steps 3599-3899 by the
+    first rollback, was read again on the next pass and tripped a second rollback at 8449;
+    a third pass would trip again. After: the second rollback skips it for good."""
+    finding = FindingReport(
+        signal="LossSpike", anomaly_class=AnomalyClass.DIVERGENCE, onset_step=55,
+        consecutive=4, sustained=True,
+    )  # fmt: skip
+    suspects = {"anomaly_class": AnomalyClass.DIVERGENCE,
+                "suspect_shards": ("shard-0228", "shard-0227")}  # fmt: skip
+    scrapes = tuple(
+        agent(r, step=58, firing=(finding,),
+              latest_trip=trip(NODES[r], step=58, signal="LossSpike").model_copy(update=suspects))
+        for r in (0, 1)
+    )  # fmt: skip
+    earlier = SkipRange(first=3, last=9, shard_ids=("shard-0228", "shard-0229"))
+    status = running(step=58)
+    stop = advance(
+        status, world(status, pods=(pod(0), pod(1)), scrapes=scrapes, skip_ranges=(earlier,))
+    )
+    assert stop.status.plan is not None
+    for_good, around = stop.status.plan.added_skip
+    assert for_good == SkipRange(first=0, last=RUN_END, unit=SkipUnit.BATCH,
+                                 shard_ids=("shard-0228",))  # fmt: skip
+    assert around.shard_ids == ("shard-0228", "shard-0227")
+    first_time = advance(status, world(status, pods=(pod(0), pod(1)), scrapes=scrapes))
+    assert first_time.status.plan is not None
+    assert [r.to_run_end for r in first_time.status.plan.added_skip] == [False]
 
 
 def test_a_trip_waits_briefly_for_the_reports_of_the_ranks_still_running() -> None:

@@ -38,6 +38,11 @@ class SkipUnit(StrEnum):
     """Global batch indices of the data order (PaLM's "skip 200-500 batches")."""
 
 
+RUN_END = 2**53 - 1
+"""`last` of a skip range that lasts for the rest of the run: the largest integer every JSON
+reader keeps exactly. With unit Batch and first 0 it names shards never to be read again."""
+
+
 class SkipRange(ContractModel):
     """A contiguous stretch of training data never to be consumed again."""
 
@@ -65,6 +70,10 @@ class SkipRange(ContractModel):
     @property
     def length(self) -> int:
         return self.last - self.first + 1
+
+    @property
+    def to_run_end(self) -> bool:
+        return self.last >= RUN_END
 
 
 DEFAULT_TRIP_ON: tuple[str, ...] = (Signal.LOSS_SPIKE.value, Signal.NON_FINITE.value)
