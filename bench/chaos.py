@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -169,6 +170,8 @@ def run(args: argparse.Namespace, work: Path) -> int:
             "load": load_note(),
         }  # fmt: skip
         write_json(out / "chaos.json", payload)
+        for name, result in (("clean", clean), ("chaos", chaos.run)):  # every step's time and loss
+            shutil.copytree(result.logs.directory, out / "step-logs" / name, dirs_exist_ok=True)
         say(f"\nwrote {png} and {out / 'chaos.json'}")
         healed = all(r.matched for r in results) and summary.human_actions == 0
         return 0 if healed and not checkpoints.problems and not orphans else 1
