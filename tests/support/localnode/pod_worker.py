@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import os
 import shutil
 import signal
 import threading
@@ -307,9 +308,11 @@ class PodWorker:
                 try:
                     set_read_only(run.pid, target, read_only)
                 except RuntimeError:
-                    if run.process.popen.poll() is None:
+                    if run.process.popen.poll() is None and os.path.exists(f"/proc/{run.pid}"):
                         raise
-                    continue  # it ended meanwhile: nothing left to remount
+                    # It ended meanwhile (its pid can go before the runtime that waits
+                    # on it, as in the long chaos run): nothing left to remount.
+                    continue
                 done.append(f"{container.view.name}:{target}")
         return done
 
