@@ -217,16 +217,26 @@ def _stops_now(status: StableTrainingJobStatus, step: Step) -> bool:
     )
 
 
-def _skip_ranges(
-    kube: Kube, key: JobKey, status: StableTrainingJobStatus, memory: JobMemory
-) -> tuple[SkipRange, ...]:
-    """The whole skip list: inline in status, or spilled to a ConfigMap only this operator
-    writes (so it is read once and then only again after this operator rewrote it)."""
+def _known_skip_ranges(
+    status: StableTrainingJobStatus, memory: JobMemory
+) -> tuple[SkipRange, ...] | None:
+    """The whole skip list when no read is needed: inline in status, or spilled to a
+    ConfigMap only this operator writes and already read (None: read it)."""
     name = status.skip_ranges_config_map
     if name is None:
         return status.active_skip_ranges
     if memory.skip_ranges is not None and memory.skip_ranges[0] == name:
         return memory.skip_ranges[1]
+    return None
+
+
+def _read_skip_ranges(
+    kube: Kube, key: JobKey, status: StableTrainingJobStatus, memory: JobMemory
+) -> tuple[SkipRange, ...]:
+    """The spilled skip list from its ConfigMap, remembered until this operator rewrites it."""
+    name = status.skip_ranges_config_map
+    if name is None:
+        return status.active_skip_ranges
     data = kube.config_map_data(key.namespace, name) or {}
     raw = data.get(pods.SKIP_RANGES_KEY)
     if raw is None:
@@ -503,13 +513,18 @@ async def tick(
         return view
     job, spec, status = view.job, view.spec, view.status
     ref = pods.JobRef(key.name, key.namespace, job["metadata"]["uid"])
-    await asyncio.to_thread(ensure_base, kube, ref, memory)
+    if not memory.base_ready:
+        await asyncio.to_thread(ensure_base, kube, ref, memory)
     facts = _with_vanished(list(indexed), memory, status)
     _remember_nodes(memory, facts, status.attempt)
     scrapes = await _scrape(key, facts, status, memory, scraper=scraper, pacer=pacer)
     progress = _progress(memory, facts, scrapes, status.attempt)
-    skip = await asyncio.to_thread(_skip_ranges, kube, key, status, memory)
-    directives = await asyncio.to_thread(_attempt_directives, kube, key, memory, status.attempt)
+    skip = _known_skip_ranges(status, memory)
+    if skip is None:
+        skip = await asyncio.to_thread(_read_skip_ranges, kube, key, status, memory)
+    directives = memory.directives.get(status.attempt)
+    if directives is None:
+        directives = await asyncio.to_thread(_attempt_directives, kube, key, memory, status.attempt)
     ledger = _ledger(key, status)
     generation = job["metadata"].get("generation")
     preflight_pod = None
@@ -558,7 +573,8 @@ async def tick(
             lambda name: kube.delete_pod(key.namespace, name, force=step.force_delete),
             step.delete_pods,
         )
-    await asyncio.to_thread(_put_live, memory.token, step, facts)
+    if step.live is not None:
+        await asyncio.to_thread(_put_live, memory.token, step, facts)
     for event in step.events:
         await asyncio.to_thread(kube.event, job, event.type, event.reason, event.message)
     if remediation is not None and step.status.suspect_nodes != status.suspect_nodes:

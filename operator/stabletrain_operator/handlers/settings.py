@@ -9,6 +9,8 @@
 - One HTTP session and concurrency cap for every job's agent scrapes (observe/scrape.py),
   made in the operator's event loop and closed when the operator stops, and one scrape
   budget (`--scrape-rate`, observe/pacing.py) shared by every job.
+- One thread pool of API_THREADS for every blocking API call the daemons make
+  (asyncio.to_thread), instead of asyncio's default of cores + 4 (6 on a 2-core machine).
 - Daemons make kopf put a finalizer on every job (it must stop the daemon before the object
   goes); it is removed as soon as the job is deleted while the operator runs, so tests
   delete their jobs before they stop the operator (see docs/operator.md).
@@ -16,6 +18,8 @@
 
 from __future__ import annotations
 
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import kopf
@@ -41,6 +45,21 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     settings.networking.request_timeout = 30
     settings.peering.mandatory = False
     memo["kube"] = Kube(load_api_client())
+
+
+API_THREADS = 16
+"""Threads for the daemons' blocking API calls (status writes, pod deletes, launches, reads).
+With asyncio's default of 6 on 2 cores, 1,000 jobs queued each tick's calls behind some 30
+others a second: 3-15 s per hop, and a trip waited for several (bench/operator_scale.py).
+Below kube.CONNECTION_POOL, which also serves the fan-out of a big job's pods."""
+
+
+@kopf.on.startup()
+async def api_threads(**_: Any) -> None:
+    """Async, so the pool is set on the operator's own event loop."""
+    asyncio.get_running_loop().set_default_executor(
+        ThreadPoolExecutor(max_workers=API_THREADS, thread_name_prefix="api")
+    )
 
 
 @kopf.on.startup()
