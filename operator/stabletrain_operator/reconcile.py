@@ -251,8 +251,8 @@ def _read_skip_ranges(
 def _attempt_directives(
     kube: Kube, key: JobKey, memory: JobMemory, attempt: int
 ) -> Directives | None:
-    if attempt in memory.directives:
-        return memory.directives[attempt]
+    """The attempt's initial directives from their ConfigMap, remembered in memory (the tick
+    looks there first, so each attempt's are read once)."""
     data = kube.config_map_data(key.namespace, naming.directives_config_map(key.name, attempt))
     if not data or DIRECTIVES_FILE_KEY not in data:
         return None
@@ -266,9 +266,8 @@ def _attempt_directives(
 
 
 def ensure_base(kube: Kube, job: pods.JobRef, memory: JobMemory) -> None:
-    """The token Secret and the headless Service: once per job, kept for every attempt."""
-    if memory.base_ready:
-        return
+    """The token Secret and the headless Service: once per job (the tick calls it until
+    memory.base_ready), kept for every attempt."""
     kube.create(pods.build_token_secret(job, new_token()))
     kube.create(pods.build_service(job))
     memory.token = kube.secret_value(job.namespace, naming.token_secret(job.name), TOKEN_SECRET_KEY)

@@ -55,9 +55,8 @@ def skipping_repeat_suspects(
 def describe_skip(skip: SkipRange) -> str:
     """A skip range as people read it in Events and conditions, with the shards it names."""
     unit = "steps" if skip.unit is SkipUnit.STEP else "batches"
-    where = f"the data of {unit} {skip.first}-{skip.last}"
-    if skip.to_run_end:
-        where = f"the data of {unit} {skip.first} to the end of the run"
+    span = f"{skip.first} to the end of the run" if skip.to_run_end else f"{skip.first}-{skip.last}"
+    where = f"the data of {unit} {span}"
     if not skip.shard_ids:
         return where
     shards = ", ".join(skip.shard_ids[:SHARDS_NAMED_MAX])
