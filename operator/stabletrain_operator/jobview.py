@@ -46,12 +46,29 @@ _log = logging.getLogger(__name__)
 class JobView:
     resource_version: str
     job: Json
-    """The object at that version, as read or as the status write returned it."""
+    """The object's identity at that version (`identity`), as read or as the status write
+    returned it."""
     spec: StableTrainingJobSpec
     status: StableTrainingJobStatus
     """The status at that version, plus the progress numbers not written since."""
     obtained_at: float
     """time.monotonic() of the read or the write."""
+
+
+IDENTITY_KEYS = ("name", "namespace", "uid", "resourceVersion", "generation")
+
+
+def identity(job: Json) -> Json:
+    """What a tick needs of the object besides its spec and status: the names, uid, version
+    and generation its Events, owner references and conditions carry. The whole object (its
+    managedFields and status) was some 28 KiB of Python objects per job, a second copy of
+    what kopf's live body holds: 28 MiB of the operator at 1,000 jobs."""
+    metadata = job["metadata"]
+    return {
+        "apiVersion": job.get("apiVersion"),
+        "kind": job.get("kind"),
+        "metadata": {key: metadata[key] for key in IDENTITY_KEYS if key in metadata},
+    }
 
 
 class Source(Enum):

@@ -29,7 +29,7 @@ from stabletrain_operator import crashpoints, metrics, naming, pods
 from stabletrain_operator.api.constants import Phase
 from stabletrain_operator.api.spec import StableTrainingJobSpec
 from stabletrain_operator.api.status import StableTrainingJobStatus, SuspectNode
-from stabletrain_operator.jobview import JobView, Source, parse, source, write_needed
+from stabletrain_operator.jobview import JobView, Source, identity, parse, source, write_needed
 from stabletrain_operator.kube import HTTP_CONFLICT, Kube, StaleStatusError, each
 from stabletrain_operator.machine import Launch, Step, World, advance
 from stabletrain_operator.observe.pacing import FAST_INTERVAL_SECONDS, ScrapePacer
@@ -448,7 +448,8 @@ async def _view(
         memory.view, memory.rejected_version = None, job["metadata"]["resourceVersion"]
         return True
     spec, status = parsed
-    memory.view = JobView(job["metadata"]["resourceVersion"], job, spec, status, time.monotonic())
+    version = job["metadata"]["resourceVersion"]
+    memory.view = JobView(version, identity(job), spec, status, time.monotonic())
     return memory.view
 
 
@@ -482,7 +483,7 @@ async def _record(
         memory.view = None
         raise
     version = written["metadata"]["resourceVersion"]
-    memory.view = JobView(version, written, view.spec, status, now)
+    memory.view = JobView(version, identity(written), view.spec, status, now)
     memory.progress_written_at = now
     return True
 

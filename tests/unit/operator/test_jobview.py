@@ -14,6 +14,7 @@ from stabletrain_operator.jobview import (
     WATCH_LAG_SECONDS,
     JobView,
     Source,
+    identity,
     parse,
     source,
     write_needed,
@@ -48,6 +49,27 @@ def test_a_different_version_that_lasts_is_read_from_the_api_server() -> None:
     held = _view("8", obtained_at=100.0)
     assert source(held, "9", now=100.0 + WATCH_LAG_SECONDS) is Source.READ
     assert source(held, "7", now=100.0 + WATCH_LAG_SECONDS + 5) is Source.READ
+
+
+def test_the_held_view_keeps_the_objects_identity_not_its_fields_or_status() -> None:
+    written = {
+        "apiVersion": "stabletrain.dev/v1alpha1",
+        "kind": "StableTrainingJob",
+        "metadata": {
+            "name": "j", "namespace": "ns", "uid": "u-1", "resourceVersion": "8",
+            "generation": 3, "managedFields": [{"manager": "kopf"}] * 20,
+            "annotations": {"stabletrain.dev/last-handled-configuration": "x" * 5000},
+        },
+        "spec": SPEC,
+        "status": {"phase": "Running", "conditions": [{"type": "Healthy"}] * 5},
+    }  # fmt: skip
+    assert identity(written) == {
+        "apiVersion": "stabletrain.dev/v1alpha1",
+        "kind": "StableTrainingJob",
+        "metadata": {
+            "name": "j", "namespace": "ns", "uid": "u-1", "resourceVersion": "8", "generation": 3,
+        },
+    }  # fmt: skip
 
 
 def _due(before: StableTrainingJobStatus, after: StableTrainingJobStatus, since: float) -> bool:
