@@ -79,9 +79,9 @@ def _arguments() -> argparse.Namespace:
         "--scrape-rate",
         type=_rate,
         default=DEFAULT_SCRAPE_RATE,
-        help="agent status scrapes a second shared by every healthy job (each job's round is "
-        "every max(1 s, pods / rate); jobs confirming a rollback or with a signal firing "
-        "stay at 1 s)",
+        help="most agent status scrapes a second shared by every healthy job (each job's round "
+        "is every max(1 s, pods / rate); the rate is lowered while the operator's event loop "
+        "lags; jobs confirming a rollback or with a signal firing stay at 1 s)",
     )
     parser.add_argument("--verbose", action="store_true")
     return parser.parse_args()

@@ -45,6 +45,18 @@ SCRAPES = Counter(
     "Agent status scrapes attempted.",
     registry=REGISTRY,
 )
+SCRAPE_RATE = Gauge(
+    "stabletrain_operator_scrape_rate",
+    "Agent status scrapes a second healthy jobs get now: the --scrape-rate ceiling while the "
+    "event loop keeps up, less while it lags (observe/pacing.py).",
+    registry=REGISTRY,
+)
+LOOP_LAG = Gauge(
+    "stabletrain_operator_event_loop_lag_seconds",
+    "How late a short timer fired on the operator's event loop, mean over the last "
+    "adjustment period: the wait of every watch event and tick.",
+    registry=REGISTRY,
+)
 RECONCILE_ERRORS = Counter(
     "stabletrain_operator_reconcile_errors",
     "Reconcile ticks that failed (API errors, conflicts); the next tick retries.",

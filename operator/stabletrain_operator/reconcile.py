@@ -67,8 +67,8 @@ class JobMemory:
     """Pods seen in the index, with their attempt, to notice one that vanished."""
     directives: dict[int, Directives] = field(default_factory=dict)
     last_scrape: float = 0.0
-    scrape_interval: float = FAST_INTERVAL_SECONDS
-    """Until the next round, as the operator's ScrapePacer set it after the last one."""
+    close_eye: bool = True
+    """Whether the last round asked for the fast interval (the pacer spaces the others)."""
     next_tick_at: float = 0.0
     """Monotonic time of the next tick the job needs when its world does not change."""
     base_ready: bool = False
@@ -137,7 +137,7 @@ async def _scrape(
         if pacer is not None:
             pacer.forget((key.namespace, key.name))
         return ()
-    if not final and time.monotonic() - memory.last_scrape < memory.scrape_interval:
+    if not final and time.monotonic() - memory.last_scrape < _round_interval(memory, pacer):
         return ()
     memory.last_scrape = time.monotonic()
     targets = [
@@ -153,14 +153,19 @@ async def _scrape(
     for result in results:
         if result.error is not None:
             metrics.SCRAPE_ERRORS.labels(result.error.value).inc()
+    memory.close_eye = status.phase is Phase.CONFIRMING or any(
+        r.status is None or r.status.firing for r in results
+    )
     if pacer is not None:
-        close_eye = status.phase is Phase.CONFIRMING or any(
-            r.status is None or r.status.firing for r in results
-        )
-        memory.scrape_interval = pacer.interval(
-            (key.namespace, key.name), len(targets), close_eye=close_eye
-        )
+        pacer.enrol((key.namespace, key.name), len(targets))
     return tuple(results)
+
+
+def _round_interval(memory: JobMemory, pacer: ScrapePacer | None) -> float:
+    """Seconds from the job's last round to its next, at the pacer's rate of now."""
+    if pacer is None:
+        return FAST_INTERVAL_SECONDS
+    return pacer.interval(close_eye=memory.close_eye)
 
 
 async def _settled(
@@ -580,15 +585,17 @@ async def tick(
     if remediation is not None and step.status.suspect_nodes != status.suspect_nodes:
         await asyncio.to_thread(remediate, kube, remediation, key, status, step.status)
     _record_metrics(key, spec, step)
-    memory.next_tick_at = _next_tick_at(step.status.phase, spec, memory)
+    memory.next_tick_at = _next_tick_at(step.status.phase, spec, memory, pacer)
     return True
 
 
-def _next_tick_at(phase: Phase, spec: StableTrainingJobSpec, memory: JobMemory) -> float:
+def _next_tick_at(
+    phase: Phase, spec: StableTrainingJobSpec, memory: JobMemory, pacer: ScrapePacer | None
+) -> float:
     """A running job has nothing to do until its next round unless its world changes (the
     daemon ticks at once when its pods or its object change); the other phases, and a
     suspend waiting for its save, wait on time (backoff, grace periods, bounds) and tick on
     the daemon's clock."""
     if phase is Phase.RUNNING and not spec.suspend:
-        return memory.last_scrape + memory.scrape_interval
+        return memory.last_scrape + _round_interval(memory, pacer)
     return 0.0

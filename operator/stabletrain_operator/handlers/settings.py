@@ -8,7 +8,8 @@
   after the status write that records it.
 - One HTTP session and concurrency cap for every job's agent scrapes (observe/scrape.py),
   made in the operator's event loop and closed when the operator stops, and one scrape
-  budget (`--scrape-rate`, observe/pacing.py) shared by every job.
+  budget (`--scrape-rate`, observe/pacing.py) shared by every job, with the probe of the
+  loop's lag that lowers it while the loop falls behind.
 - One thread pool of API_THREADS for every blocking API call the daemons make
   (asyncio.to_thread), instead of asyncio's default of cores + 4 (6 on a 2-core machine).
 - Daemons make kopf put a finalizer on every job (it must stop the daemon before the object
@@ -66,11 +67,16 @@ async def api_threads(**_: Any) -> None:
 async def open_scraper(memo: kopf.Memo, **_: Any) -> None:
     """Async, so the session and its semaphore belong to the operator's event loop."""
     memo["scraper"] = Scraper()
-    memo["pacer"] = ScrapePacer(memo.get("scrape_rate", DEFAULT_SCRAPE_RATE))
+    pacer = ScrapePacer(memo.get("scrape_rate", DEFAULT_SCRAPE_RATE))
+    memo["pacer"] = pacer
+    memo["loop_probe"] = asyncio.create_task(pacer.follow_loop(), name="loop-lag-probe")
 
 
 @kopf.on.cleanup()
 async def close_scraper(memo: kopf.Memo, **_: Any) -> None:
+    probe: asyncio.Task[None] | None = memo.get("loop_probe")
+    if probe is not None:
+        probe.cancel()
     scraper: Scraper | None = memo.get("scraper")
     if scraper is not None:
         await scraper.close()
