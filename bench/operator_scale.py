@@ -14,9 +14,11 @@ For each size (jobs of 4 pods), after every job reached Running and a settle tim
   verb and resource so it shows where the requests go;
 - the operator's CPU (utime+stime from /proc over the window, in % of one core) and RSS;
 - trip-to-Stopping latency: every pod of each of ``--trips`` jobs ends as a tripped agent's
-  does (Failed, the TripReport as its termination message; all ranks trip at the same step),
-  one job every ``--trip-gap`` seconds; the time from the first pod's status write to the
-  job's status.phase leaving Running, as seen by a watch on the jobs, p50 and p99.
+  does (Failed, the TripReport as its termination message; all ranks trip at the same step,
+  their status writes made at once), one job every ``--trip-gap`` seconds; the time from
+  the moment every pod's Failed status was stored to the job's status.phase leaving
+  Running, as seen by a watch on the jobs, p50 and p99 (and from the moment the writes
+  began, which adds the API server's write latency under the load).
 
     PYTHONPATH=tests .venv/bin/python bench/operator_scale.py [--jobs 100 300] [--window 60]
 """
@@ -37,8 +39,10 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +64,10 @@ KUBELET_REQUESTS = {
 """(resource, subresource) only the simulated kubelet and nodes write at steady state."""
 CONTROLLER_REQUESTS = {("endpoints", ""), ("endpointslices", "")}
 """What kube-controller-manager writes for the jobs' headless Services (not the operator)."""
+READS_SETTLE_SECONDS = 10.0
+"""Pause between the window's closing reads and the first trip. Those reads (kube-apiserver's
+/metrics and two LISTs of the namespace's Events) kept the API server busy for seconds at
+1,000 jobs, and the first trips' status writes and watch events waited behind them."""
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 OPERATOR_COMPONENT = "stabletrain.dev/operator"
 """reportingComponent of the operator's Events (stabletrain_operator.kube)."""
@@ -135,11 +143,11 @@ class PhaseWatch:
 
 @contextlib.contextmanager
 def operator_process(
-    plane: ControlPlane, namespace: str, workdir: Path, agent_port: int
+    plane: ControlPlane, namespace: str, workdir: Path, agent_port: int, metrics_port: int
 ) -> Iterator[ManagedProcess]:
     argv = [
         sys.executable, "-m", "stabletrain_operator", "--namespace", namespace,
-        "--metrics-port", str(free_port()), "--agent-port", str(agent_port),
+        "--metrics-port", str(metrics_port), "--agent-port", str(agent_port),
         "--liveness", f"http://127.0.0.1:{free_port()}/healthz",
     ]  # fmt: skip
     process = ManagedProcess("operator", argv, workdir / "operator.log", env=plane.env())
@@ -192,6 +200,29 @@ class Cluster:
     simulator: ScaleSimulator
     operator: ManagedProcess
     phases: PhaseWatch
+    metrics_port: int
+
+
+PACER_GAUGES = {
+    "stabletrain_operator_scrape_rate": "scrape rate",
+    "stabletrain_operator_event_loop_lag_seconds": "loop lag (s)",
+}
+
+
+def pacer_state(port: int) -> str:
+    """The operator's scrape budget and the loop lag it follows, from its own /metrics
+    (an operator without them, an older one, says so)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+            text = answer.read().decode()
+    except OSError as error:
+        return f"metrics unreadable: {error}"
+    found = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name in PACER_GAUGES:
+            found[PACER_GAUGES[name]] = f"{float(value):.3g}"
+    return ", ".join(f"{k} {v}" for k, v in found.items()) or "no pacer gauges"
 
 
 @contextlib.contextmanager
@@ -209,11 +240,16 @@ def simulated_cluster(nodes: int = 4) -> Iterator[Cluster]:
         simulator = ScaleSimulator(api, namespace, nodes=nodes)
         simulator.start()
         try:
-            with operator_process(plane, namespace, Path(scratch), free_port()) as operator, (
+            metrics_port = free_port()
+            with operator_process(
+                plane, namespace, Path(scratch), free_port(), metrics_port
+            ) as operator, (
                 PhaseWatch(api, namespace)
             ) as phases:  # fmt: skip
                 custom = client.CustomObjectsApi(api)
-                yield Cluster(plane, core, custom, namespace, simulator, operator, phases)
+                yield Cluster(
+                    plane, core, custom, namespace, simulator, operator, phases, metrics_port
+                )
         finally:  # the control plane goes with its jobs: no need to delete them one by one
             simulator.stop()
             api.close()
@@ -255,6 +291,7 @@ def measure(args: argparse.Namespace, jobs: int) -> dict[str, Any]:
         after, cpu_after, t1 = request_counts(plane), cpu_seconds(operator.pid), (
             time.monotonic()
         )  # fmt: skip
+        pacer_at_window_end = pacer_state(cluster.metrics_port)
         answered = simulator.counts.answered - answered_before
         foreign = foreign_event_writes(core, namespace) - foreign_before
         rss = rss_mib(operator.pid)
@@ -269,7 +306,12 @@ def measure(args: argparse.Namespace, jobs: int) -> dict[str, Any]:
         )
         events = event_sources(core, namespace)
         phase_counts = collections.Counter(phases.phases.values())
+        time.sleep(READS_SETTLE_SECONDS)
         trips = inject_trips(args, simulator, phases, names)
+        pacer_after_trips = pacer_state(cluster.metrics_port)
+        if args.logs is not None:
+            args.logs.mkdir(parents=True, exist_ok=True)
+            shutil.copy(operator.log_path, args.logs / f"operator-{jobs}-jobs.log")
         return {
             "phases": dict(phase_counts),
             "jobs": jobs,
@@ -288,6 +330,7 @@ def measure(args: argparse.Namespace, jobs: int) -> dict[str, Any]:
             "breakdown": collections.Counter(operator_side).most_common(12),
             "answered": answered,
             "errors": simulator.counts.errors[:5],
+            "pacer": (pacer_at_window_end, pacer_after_trips),
         }
 
 
@@ -365,47 +408,59 @@ def print_big_job(row: dict[str, Any]) -> None:
 
 def inject_trips(
     args: argparse.Namespace, simulator: ScaleSimulator, phases: PhaseWatch, names: list[str]
-) -> list[float]:
-    """Trip every pod of each of `--trips` jobs spread over the list; seconds to Stopping."""
+) -> list[tuple[float, float]]:
+    """Trip every pod of each of `--trips` jobs spread over the list, the pods of one job all
+    at once; for each, seconds to Stopping from the moment every pod's Failed status was
+    stored (what the operator can act on) and from the moment the writes began."""
     spread = names[:: max(1, len(names) // args.trips)] + names
-    injected: dict[str, float] = {}
+    injected: dict[str, tuple[float, float]] = {}
     for name in dict.fromkeys(spread):
         if len(injected) == args.trips:
             break
         running = [p.name for p in simulator.running_pods() if p.name.startswith(f"{name}-a")]
         if phases.phases.get(name) != "Running" or not running:
             continue  # a job that is not running (or has no running pod) cannot trip
-        injected[name] = time.monotonic()
-        for pod in sorted(running):  # every rank trips at the same step (one consensus)
-            simulator.trip(pod)
+        began = time.monotonic()
+        simulator.trip(*running)  # every rank trips at the same step (one consensus)
+        injected[name] = (time.monotonic(), began)
+        print(f"  tripped {name}: {len(running)} pods stored at {datetime.now(UTC):%H:%M:%S.%f}"
+              f" after {injected[name][0] - began:.2f} s", flush=True)  # fmt: skip
         time.sleep(args.trip_gap)
     chosen = list(injected)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and any(phases.left_running_at(n) is None for n in chosen):
         time.sleep(0.2)
     latencies = []
-    for name, at in injected.items():
+    for name, (stored, began) in injected.items():
         left = phases.left_running_at(name)
-        latencies.append(math.inf if left is None else left - at)
+        latencies.append((math.inf, math.inf) if left is None else (left - stored, left - began))
+    print("  trip -> left Running (s): " + " ".join(f"{t[0]:.2f}" for t in latencies))
     return latencies
+
+
+def p50(values: list[float]) -> str:
+    return f"{statistics.median(values):.2f} s" if values else "-"
+
+
+def p99(values: list[float]) -> str:
+    return f"{percentile(values, 0.99):.2f} s" if values else "-"
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
     print()
     print(
         "| jobs | pods | all Running after | API req/job/min | API req/s | operator CPU "
-        "| operator RSS | trip->Stopping p50 | p99 | trips |"
+        "| operator RSS | trip->Stopping p50 | p99 | trips | from the first write p50 | p99 |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for row in rows:
-        trips = row["trips"]
-        p50 = statistics.median(trips) if trips else math.nan
-        p99 = percentile(trips, 0.99) if trips else math.nan
+        stored = [t[0] for t in row["trips"]]
+        began = [t[1] for t in row["trips"]]
         print(
             f"| {row['jobs']} | {row['pods']} | {row['started_in']:.0f} s "
             f"| {row['requests_per_job_minute']:.1f} | {row['requests_per_second']:.1f} "
-            f"| {row['cpu_percent']:.0f}% | {row['rss_mib']:.0f} MiB | {p50:.2f} s "
-            f"| {p99:.2f} s | {len(trips)} |"
+            f"| {row['cpu_percent']:.0f}% | {row['rss_mib']:.0f} MiB | {p50(stored)} "
+            f"| {p99(stored)} | {len(stored)} | {p50(began)} | {p99(began)} |"
         )
     for row in rows:
         print(f"\n{row['jobs']} jobs: operator requests by verb/resource/subresource (per s):")
@@ -420,6 +475,8 @@ def print_table(rows: list[dict[str, Any]]) -> None:
             f"simulator errors: {row['errors'] or 0})"
         )
         print(f"  job phases at the end of the window: {row['phases']}")
+        print(f"  operator's pacer at the window's end: {row['pacer'][0]}; "
+              f"after the trips: {row['pacer'][1]}")  # fmt: skip
         print("  Events in the namespace by source and reason (count incl. repeats):")
         for (source, reason), count in row["events"]:
             print(f"    {source:28} {reason:32} {count}")
@@ -471,6 +528,9 @@ def main() -> None:
     parser.add_argument("--start-timeout", type=float, default=300.0)
     parser.add_argument("--big-job", type=int, default=0, help="also one job of N nodes")
     parser.add_argument("--big-job-nodes", type=int, default=64, help="simulated Nodes for it")
+    parser.add_argument(
+        "--logs", type=Path, default=None, help="keep the operator's log of each size in DIR"
+    )
     parser.add_argument(
         "--profile", type=Path, default=None, help="py-spy the operator's steady window into DIR"
     )

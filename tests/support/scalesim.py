@@ -310,10 +310,15 @@ class ScaleSimulator:
 
     # ------------------------------------------------------------------ trips
 
-    def trip(self, pod_name: str) -> None:
-        """End one running pod as a tripped agent does (called from any thread)."""
-        future = asyncio.run_coroutine_threadsafe(self._trip(pod_name), self._loop)
+    def trip(self, *pod_names: str) -> None:
+        """End running pods as tripped agents do, all at once as the kubelets of ranks that
+        trip at the same step would (called from any thread); returns when every pod's
+        Failed status is stored."""
+        future = asyncio.run_coroutine_threadsafe(self._trip_all(pod_names), self._loop)
         future.result(timeout=30)
+
+    async def _trip_all(self, pod_names: tuple[str, ...]) -> None:
+        await asyncio.gather(*(self._trip(name) for name in pod_names))
 
     async def _trip(self, pod_name: str) -> None:
         pod = self.pods.pop(pod_name)
