@@ -166,8 +166,14 @@ def test_entropy_low_while_reward_rises_rolls_back_with_a_lower_lr_as_replay_doe
     firing = set(done["lastTrip"]["firing"])
     assert {"custom:entropy_low", "custom:reward_jump"} <= firing, "the compound condition"
     assert entry["lrScale"] == 0.5
-    assert done["attempt"] == 1
+    # Each further attempt must be explained: the infrastructure rule's restart of a failed
+    # worker, or a relaunch that could not restore its checkpoint planned again (RestoreFailed),
+    # never a second rollback. One CI run under load ended at attempt 2; both are printed.
+    restarts = [e for e in done["rollbackHistory"] if e["action"] not in ("Rollback", "Alert")]
+    assert all(e["rule"] == "infrastructure" for e in restarts), restarts
     reasons = [e["reason"] for e in jobs.events("rl")]
+    print(f"rollbackHistory: {done['rollbackHistory']}\nEvents: {reasons}")
+    assert done["attempt"] == 1 + len(restarts) + reasons.count("RestoreFailed")
     assert "RollbackStarted" in reasons
     assert "RollbackConfirmed" in reasons
 
