@@ -55,9 +55,7 @@ def attribute_loss_spike(
     onset_step: int, current: StepRecord, history: Sequence[StepRecord]
 ) -> Attribution:
     """Classify the loss spike that began at ``onset_step``; ``history`` ends with ``current``."""
-    episodes = [
-        r.step for r in history if r.grad_onset and r.step > current.step - RECURRENCE_STEPS
-    ]
+    episodes = _grad_episodes(current, history)
     if len(episodes) >= RECURRENCE_EPISODES:
         return Attribution(
             AnomalyClass.LR_TOO_HIGH,
@@ -97,9 +95,7 @@ def attribute_loss_spike(
 
 def attribute_grad_norm_spike(current: StepRecord, history: Sequence[StepRecord]) -> Attribution:
     """Classify an anomalous grad norm on its own: an early warning, not yet a loss spike."""
-    episodes = [
-        r.step for r in history if r.grad_onset and r.step > current.step - RECURRENCE_STEPS
-    ]
+    episodes = _grad_episodes(current, history)
     if len(episodes) >= RECURRENCE_EPISODES:
         return Attribution(
             AnomalyClass.LR_TOO_HIGH,
