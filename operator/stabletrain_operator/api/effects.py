@@ -227,7 +227,7 @@ FIELD_EFFECTS: dict[str, Effect] = {
         GROUP, MONITOR + "test_nan_skips_the_update_and_trips_when_sustained"
     ),
     "spec.detection.nonFinite.consecutiveSteps": _e(
-        "signals.monitor.SignalMonitor (NaN/Inf streak); the update is always skipped",
+        "signals.non_finite.NonFiniteValues (NaN/Inf streak); the update is always skipped",
         MONITOR + "test_nan_skips_the_update_and_trips_when_sustained",
         GUARD + "test_a_live_threshold_directive_changes_what_trips_from_the_next_step",
     ),

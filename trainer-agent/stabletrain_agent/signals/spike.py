@@ -14,12 +14,10 @@ full its seeds are re-examined against their final median (see Baseline.settle).
 
 from __future__ import annotations
 
-import math
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
-from stabletrain_agent.contract.detection import BaselineConfig, SpikeConfig
-from stabletrain_agent.signals.baseline import Baseline
-from stabletrain_agent.signals.streak import Streak
+from stabletrain_agent.contract.detection import SpikeConfig
+from stabletrain_agent.signals.detector import Detector
 
 
 class SpikeReading(NamedTuple):
@@ -41,32 +39,12 @@ class SpikeReading(NamedTuple):
     sustained: bool
 
 
-class SpikeDetector:
-    """Judges each step of one series and keeps anomalous values out of its baseline."""
-
-    def __init__(self, rule: SpikeConfig, baseline: BaselineConfig) -> None:
-        self._rule = rule
-        self._baseline_config = baseline
-        self._baseline = Baseline(baseline.ema_factor, baseline.window, baseline.min_samples)
-        self._streak = Streak()
-
-    @property
-    def baseline(self) -> float | None:
-        return self._baseline.ema
-
-    @property
-    def streak(self) -> Streak:
-        return self._streak
-
-    def retune(self, rule: SpikeConfig, baseline: BaselineConfig) -> None:
-        """New bounds from a live directive; the healthy values learned so far are kept."""
-        self._baseline.retune(baseline.ema_factor, baseline.window, baseline.min_samples)
-        self._rule = rule
-        self._baseline_config = baseline
+class SpikeDetector(Detector[SpikeConfig]):
+    """Judges each step of one series against the spike rules, upward moves only."""
 
     def observe(self, step: int, value: float) -> SpikeReading:
         rule = self._rule
-        if not math.isfinite(value) or step < self._baseline_config.warmup_steps:
+        if self._ignored(step, value):
             return self._unjudged(value)
         ema = self._baseline.ema
         if ema is None or not self._baseline.ready:
@@ -78,11 +56,7 @@ class SpikeDetector:
             zscore = self._baseline.robust_zscore(value)
         by_zscore = zscore is not None and rule.zscore_breached(zscore)
         threshold = self._threshold(ema, prefer_zscore=by_zscore and not by_ratio)
-        if by_ratio or by_zscore:
-            self._streak.hit(step)
-        else:
-            self._streak.clear()
-            self._baseline.accept(value)
+        self._record(step, value, anomalous=by_ratio or by_zscore)
         return SpikeReading(
             value=value,
             baseline=ema,
@@ -93,7 +67,7 @@ class SpikeDetector:
             threshold=threshold,
             consecutive=self._streak.count,
             onset_step=self._streak.onset,
-            sustained=self._streak.count >= rule.consecutive_steps,
+            sustained=self._sustained(rule.consecutive_steps),
         )
 
     def _seed(self, step: int, value: float) -> SpikeReading:
@@ -101,13 +75,9 @@ class SpikeDetector:
         if healthy; the baseline settles once full."""
         median = self._baseline.seed_median()
         anomalous = median is not None and self._breaches_seeds(value, median)
-        if anomalous:
-            self._streak.hit(step)
-        else:
-            self._streak.clear()
-            self._baseline.accept(value)
-            if self._baseline.ready:
-                self._baseline.settle(self._breaches_seeds)
+        self._record(step, value, anomalous=anomalous)
+        if not anomalous and self._baseline.ready:
+            self._baseline.settle(self._breaches_seeds)
         if median is None:
             return self._unjudged(value)
         by_ratio = self._rule.ratio_breached(value, median)
@@ -121,7 +91,7 @@ class SpikeDetector:
             threshold=self._threshold(median, prefer_zscore=anomalous and not by_ratio),
             consecutive=self._streak.count,
             onset_step=self._streak.onset,
-            sustained=self._streak.count >= self._rule.consecutive_steps,
+            sustained=self._sustained(self._rule.consecutive_steps),
         )
 
     def _breaches_seeds(self, value: float, median: float) -> bool:
@@ -152,10 +122,3 @@ class SpikeDetector:
             onset_step=self._streak.onset,
             sustained=False,
         )
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"baseline": self._baseline.state_dict(), "streak": self._streak.state_dict()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._baseline.load_state_dict(state["baseline"])
-        self._streak.load_state_dict(state["streak"])

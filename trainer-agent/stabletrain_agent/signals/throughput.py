@@ -8,12 +8,15 @@ neither judged nor allowed into the baseline, so they cannot lower what "normal"
 
 from __future__ import annotations
 
-import math
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from stabletrain_agent.contract.detection import BaselineConfig, ThroughputConfig
-from stabletrain_agent.signals.baseline import Baseline
-from stabletrain_agent.signals.streak import Streak
+from stabletrain_agent.contract.detection import BaselineConfig, DetectionConfig, ThroughputConfig
+from stabletrain_agent.contract.names import AnomalyClass, Signal
+from stabletrain_agent.signals.detector import Detector
+from stabletrain_agent.signals.finding import Finding, onset_of
+from stabletrain_agent.signals.monitored import NOTHING_FIRED, MonitoredSignal
+from stabletrain_agent.signals.observation import StepObservation
 
 _SAVING = -1
 """Steps-since-save while a save is in flight, so the first step after it counts as 0,
@@ -35,24 +38,12 @@ class ThroughputReading(NamedTuple):
     """Why this step was not judged ("restart", "checkpoint save"), for the evidence."""
 
 
-class ThroughputDetector:
+class ThroughputDetector(Detector[ThroughputConfig]):
     """Judges tokens/s against its healthy baseline outside the expected dips."""
 
     def __init__(self, rule: ThroughputConfig, baseline: BaselineConfig) -> None:
-        self._rule = rule
-        self._baseline_config = baseline
-        self._baseline = Baseline(baseline.ema_factor, baseline.window, baseline.min_samples)
-        self._streak = Streak()
+        super().__init__(rule, baseline)
         self._steps_since_save: int | None = None
-
-    @property
-    def baseline(self) -> float | None:
-        return self._baseline.ema
-
-    def retune(self, rule: ThroughputConfig, baseline: BaselineConfig) -> None:
-        self._baseline.retune(baseline.ema_factor, baseline.window, baseline.min_samples)
-        self._rule = rule
-        self._baseline_config = baseline
 
     def observe(
         self,
@@ -63,12 +54,7 @@ class ThroughputDetector:
         checkpoint_in_flight: bool,
     ) -> ThroughputReading:
         excuse = self._excuse(steps_since_start, checkpoint_in_flight)
-        if (
-            excuse is not None
-            or step < self._baseline_config.warmup_steps
-            or not math.isfinite(tokens_per_second)
-            or tokens_per_second < 0.0
-        ):
+        if excuse is not None or self._ignored(step, tokens_per_second) or tokens_per_second < 0.0:
             return self._unjudged(tokens_per_second, excuse)
         ema = self._baseline.ema
         if ema is None or not self._baseline.ready:
@@ -78,11 +64,7 @@ class ThroughputDetector:
         if self._steps_since_save is not None:
             since_event = min(since_event, self._steps_since_save)
         anomalous = self._rule.drop_breached(tokens_per_second, ema, since_event)
-        if anomalous:
-            self._streak.hit(step)
-        else:
-            self._streak.clear()
-            self._baseline.accept(tokens_per_second)
+        self._record(step, tokens_per_second, anomalous=anomalous)
         return ThroughputReading(
             value=tokens_per_second,
             baseline=ema,
@@ -91,7 +73,7 @@ class ThroughputDetector:
             threshold=(1.0 - self._rule.drop_fraction) * ema,
             consecutive=self._streak.count,
             onset_step=self._streak.onset,
-            sustained=self._streak.count >= self._rule.consecutive_steps,
+            sustained=self._sustained(self._rule.consecutive_steps),
             excused_by=None,
         )
 
@@ -121,15 +103,50 @@ class ThroughputDetector:
             excused_by=excuse,
         )
 
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "baseline": self._baseline.state_dict(),
-            "streak": self._streak.state_dict(),
-            "steps_since_save": self._steps_since_save,
-        }
+    def _extra_state(self) -> dict[str, Any]:
+        return {"steps_since_save": self._steps_since_save}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._baseline.load_state_dict(state["baseline"])
-        self._streak.load_state_dict(state["streak"])
+    def _load_extra_state(self, state: dict[str, Any]) -> None:
         since = state["steps_since_save"]
         self._steps_since_save = None if since is None else int(since)
+
+
+class ThroughputDrop(MonitoredSignal):
+    """``ThroughputDrop``: judged on the steps that report token counts, always
+    Infrastructure (a slow node is never the model's fault)."""
+
+    def __init__(self, config: DetectionConfig) -> None:
+        self._detector = ThroughputDetector(config.throughput, config.baseline)
+
+    @property
+    def baseline(self) -> float | None:
+        return self._detector.baseline
+
+    def observe(self, obs: StepObservation) -> Sequence[Finding]:
+        if obs.tokens_per_second is None:
+            return NOTHING_FIRED
+        reading = self._detector.observe(
+            obs.step,
+            obs.tokens_per_second,
+            steps_since_start=obs.steps_since_start,
+            checkpoint_in_flight=obs.checkpoint_in_flight,
+        )
+        if not reading.anomalous:
+            return NOTHING_FIRED
+        onset = onset_of(reading)
+        assert reading.baseline is not None  # anomalous => judged against a baseline
+        evidence = (
+            f"{reading.value:.4g} tokens/s vs healthy baseline {reading.baseline:.4g} for "
+            f"{reading.consecutive} step(s) since step {onset}, outside restart and save grace"
+        )
+        signal = Signal.THROUGHPUT_DROP.value
+        return (Finding.of(signal, AnomalyClass.INFRASTRUCTURE, reading, evidence),)
+
+    def retune(self, config: DetectionConfig) -> None:
+        self._detector.retune(config.throughput, config.baseline)
+
+    def save(self, state: dict[str, Any]) -> None:
+        state["throughput"] = self._detector.state_dict()
+
+    def load(self, state: dict[str, Any]) -> None:
+        self._detector.load_state_dict(state["throughput"])
