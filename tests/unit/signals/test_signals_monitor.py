@@ -337,6 +337,32 @@ def test_state_survives_a_json_round_trip_and_continues_identically() -> None:
         assert first.observe(obs) == second.observe(obs)
 
 
+def test_saved_state_keeps_the_layout_earlier_checkpoints_have() -> None:
+    """Each signal writes its own keys now; together they must stay the flat version-1
+    layout, or checkpoints written by earlier agents stop loading."""
+    custom = CustomSignalConfig(name="val_loss", kind=ThresholdKind.ABOVE, threshold=3.0)
+    monitor = SignalMonitor(DetectionConfig(custom=(custom,)), trip_on=DEFAULT_TRIP_ON)
+    for step in range(150):
+        monitor.observe(_obs(step, 2.0, tokens_per_second=5_000.0, custom={"val_loss": 2.0}))
+    state = monitor.state_dict()
+    assert set(state) == {
+        "version",
+        "loss",
+        "grad_norm",
+        "throughput",
+        "custom",
+        "non_finite",
+        "non_finite_total",
+        "last_good_step",
+        "history",
+    }
+    assert state["version"] == 1
+    assert set(state["loss"]) == set(state["grad_norm"]) == {"baseline", "streak"}
+    assert set(state["throughput"]) == {"baseline", "streak", "steps_since_save"}
+    assert set(state["custom"]) == {"val_loss"}
+    assert set(state["custom"]["val_loss"]) == {"baseline", "streak"}
+
+
 def test_corrupt_state_is_refused_and_leaves_the_monitor_untouched() -> None:
     monitor = _default_monitor()
     _run(monitor, (_obs(s, 2.0) for s in range(300)))
