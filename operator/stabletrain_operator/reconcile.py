@@ -25,7 +25,7 @@ from stabletrain_agent.contract.channel import HTTP_OK, new_token
 from stabletrain_agent.contract.directives import Directives, SkipRange, parse_directives
 from stabletrain_agent.contract.env import DIRECTIVES_FILE_KEY, TOKEN_SECRET_KEY
 from stabletrain_agent.export import AgentUnreachableError, put_directives
-from stabletrain_operator import crashpoints, metrics, naming, pods
+from stabletrain_operator import metrics, naming, pods
 from stabletrain_operator.api.constants import Phase
 from stabletrain_operator.api.spec import StableTrainingJobSpec
 from stabletrain_operator.api.status import StableTrainingJobStatus, SuspectNode
@@ -569,7 +569,6 @@ async def tick(
     written = await _record(kube, key, view, step.status, memory, progress_seconds=progress_seconds)
     if written and step.status.phase is not status.phase:
         _log.info("job %s: %s -> %s", key.name, status.phase, step.status.phase)
-        crashpoints.maybe_crash_after(step.status.phase.value)
     if step.status.attempt != status.attempt:
         memory.seen = {n: a for n, a in memory.seen.items() if a >= step.status.attempt}
     if step.delete_pods:
