@@ -371,6 +371,7 @@ def build_directives_config_map(job: JobRef, directives: Directives) -> Json:
 
 
 SKIP_RANGES_KEY = "skipRanges.json"
+"""Key of the spilled skip list in the ConfigMap named by status.skipRangesConfigMap."""
 
 
 def build_skip_ranges_config_map(job: JobRef, ranges: Sequence[SkipRange]) -> Json:
