@@ -58,9 +58,10 @@ from stabletrain_operator.plan.skips import (
 from stabletrain_operator.pods import grace_seconds
 from stabletrain_operator.policy import (
     Decision,
+    Deferral,
     Observation,
     PolicyLedger,
-    decide,
+    evaluate,
     manual_request,
     record,
     scrape_observations,
@@ -166,6 +167,8 @@ class Step:
     decision: Decision | None = None
     recovered_after: timedelta | None = None
     """Detection -> relaunched pods, for the recovery-duration histogram."""
+    deferred: tuple[Deferral, ...] = ()
+    """Why each firing signal set aside this tick changed nothing, for the daemon's log."""
 
 
 def advance(status: StableTrainingJobStatus, world: World) -> Step:
@@ -200,18 +203,7 @@ def _events(notices: Sequence[Notice]) -> tuple[Event, ...]:
 
 
 def _replace_status(step: Step, status: StableTrainingJobStatus) -> Step:
-    return Step(
-        status=status,
-        ledger=step.ledger,
-        launch=step.launch,
-        delete_pods=step.delete_pods,
-        force_delete=step.force_delete,
-        live=step.live,
-        live_pods=step.live_pods,
-        events=step.events,
-        decision=step.decision,
-        recovered_after=step.recovered_after,
-    )
+    return dataclasses.replace(step, status=status)
 
 
 def _cond(
@@ -482,17 +474,19 @@ def _running(status: StableTrainingJobStatus, world: World) -> Step:
     if unrestorable:
         return _replan(status, world, unrestorable)
     observations, trips, incident = _observations(status, world, current)
-    decision = decide(
+    evaluation = evaluate(
         world.spec.recovery, observations, world.ledger, now=world.now, lr_scale=status.lr_scale
     )
+    decision = evaluation.decision
     if decision is not None:
-        return _act(
+        step = _act(
             status, world, _crash_looped(status, world, decision, incident), trips, incident
         )
-    step = _keep_running(status, world, current)
-    if step.status.phase is Phase.CONFIRMING:
-        return _confirm(step, world)
-    return step
+    else:
+        step = _keep_running(status, world, current)
+        if step.status.phase is Phase.CONFIRMING:
+            step = _confirm(step, world)
+    return dataclasses.replace(step, deferred=evaluation.deferred)
 
 
 def _crash_looped(

@@ -562,6 +562,8 @@ async def tick(
         if final != scrapes:
             settled = advance(status, dataclasses.replace(world, scrapes=final))
             step = settled if _stops_now(status, settled) else step
+    for note in step.deferred:
+        _log.debug("job %s: %s", key.name, note.message)
     if step.launch is not None:
         await asyncio.to_thread(launch, kube, ref, spec, step.launch)
         if step.launch.spill_skip_ranges is not None:
