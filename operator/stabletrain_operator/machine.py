@@ -13,7 +13,6 @@ the same action exactly once.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -37,6 +36,7 @@ from stabletrain_operator.api.status import (
     Suspect,
 )
 from stabletrain_operator.conditions import condition, set_condition
+from stabletrain_operator.finite import finite_or
 from stabletrain_operator.observe.culprit import failure_record, failure_suspects, stall_suspects
 from stabletrain_operator.observe.pods import PodFacts, PodState, failure_evidence
 from stabletrain_operator.observe.scrape import ScrapeResult
@@ -317,10 +317,6 @@ def _fresh(status: StableTrainingJobStatus, world: World) -> list[AgentStatus]:
     ]
 
 
-def _finite(value: float | None) -> float | None:
-    return value if value is not None and math.isfinite(value) else None
-
-
 def _with_numbers(status: StableTrainingJobStatus, world: World) -> StableTrainingJobStatus:
     """Live numbers from this tick's scrapes: rank 0's view (all ranks agree on them)."""
     fresh = sorted(_fresh(status, world), key=lambda s: s.node_rank)
@@ -328,13 +324,13 @@ def _with_numbers(status: StableTrainingJobStatus, world: World) -> StableTraini
         return status
     lead = fresh[0]
     steps = [s.step for s in fresh if s.step is not None]
-    tokens = _finite(lead.tokens_per_second)
+    tokens = finite_or(lead.tokens_per_second, None)
     return status.model_copy(
         update={
             "step": max(steps) if steps else status.step,
-            "loss": _finite(lead.loss),
-            "loss_baseline": _finite(lead.loss_baseline),
-            "grad_norm": _finite(lead.grad_norm),
+            "loss": finite_or(lead.loss, None),
+            "loss_baseline": finite_or(lead.loss_baseline, None),
+            "grad_norm": finite_or(lead.grad_norm, None),
             "tokens_per_second": tokens if tokens is None or tokens >= 0 else None,
             "checkpoints": merged_inventory(status.checkpoints, fresh),
         }
