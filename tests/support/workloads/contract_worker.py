@@ -112,8 +112,8 @@ def _inventory(local: Path, pfs: Path, node: str, ranks: int) -> list[Checkpoint
 def main() -> int:
     attempt = _int(env.ATTEMPT, 0)
     node = os.environ.get(env.NODE_NAME, "local")
-    ranks = _int("WORLD_SIZE", 1)
-    rank = _int("RANK", 0)
+    ranks = _int(env.WORLD_SIZE, 1)
+    rank = _int(env.RANK, 0)
     local = Path(os.environ.get(env.LOCAL_CHECKPOINT_DIR, "/tmp/local"))
     pfs = Path(os.environ.get(env.PFS_CHECKPOINT_DIR, "/tmp/pfs"))
     steps = _int("ST_STEPS", 60)
@@ -143,7 +143,7 @@ def main() -> int:
     start = directives.resume_step or 0
     if start and not (pfs / f"step-{start}" / f"rank-{rank}.json").exists():
         message = render_restore_failure(start, attempt, "its PFS copy is missing")
-        if _int("LOCAL_RANK", 0) == 0:
+        if _int(env.LOCAL_RANK, 0) == 0:
             Path(os.environ[env.TERMINATION_MESSAGE_PATH]).write_text(message)
         print(f"contract_worker: {message}", file=sys.stderr)
         return RESTORE_EXIT_CODE
