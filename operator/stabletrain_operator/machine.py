@@ -13,7 +13,6 @@ the same action exactly once.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -37,6 +36,7 @@ from stabletrain_operator.api.status import (
     Suspect,
 )
 from stabletrain_operator.conditions import condition, set_condition
+from stabletrain_operator.finite import finite_or
 from stabletrain_operator.observe.culprit import failure_record, failure_suspects, stall_suspects
 from stabletrain_operator.observe.pods import PodFacts, PodState, failure_evidence
 from stabletrain_operator.observe.scrape import ScrapeResult
@@ -58,9 +58,10 @@ from stabletrain_operator.plan.skips import (
 from stabletrain_operator.pods import grace_seconds
 from stabletrain_operator.policy import (
     Decision,
+    Deferral,
     Observation,
     PolicyLedger,
-    decide,
+    evaluate,
     manual_request,
     record,
     scrape_observations,
@@ -166,6 +167,8 @@ class Step:
     decision: Decision | None = None
     recovered_after: timedelta | None = None
     """Detection -> relaunched pods, for the recovery-duration histogram."""
+    deferred: tuple[Deferral, ...] = ()
+    """Why each firing signal set aside this tick changed nothing, for the daemon's log."""
 
 
 def advance(status: StableTrainingJobStatus, world: World) -> Step:
@@ -200,18 +203,7 @@ def _events(notices: Sequence[Notice]) -> tuple[Event, ...]:
 
 
 def _replace_status(step: Step, status: StableTrainingJobStatus) -> Step:
-    return Step(
-        status=status,
-        ledger=step.ledger,
-        launch=step.launch,
-        delete_pods=step.delete_pods,
-        force_delete=step.force_delete,
-        live=step.live,
-        live_pods=step.live_pods,
-        events=step.events,
-        decision=step.decision,
-        recovered_after=step.recovered_after,
-    )
+    return dataclasses.replace(step, status=status)
 
 
 def _cond(
@@ -325,10 +317,6 @@ def _fresh(status: StableTrainingJobStatus, world: World) -> list[AgentStatus]:
     ]
 
 
-def _finite(value: float | None) -> float | None:
-    return value if value is not None and math.isfinite(value) else None
-
-
 def _with_numbers(status: StableTrainingJobStatus, world: World) -> StableTrainingJobStatus:
     """Live numbers from this tick's scrapes: rank 0's view (all ranks agree on them)."""
     fresh = sorted(_fresh(status, world), key=lambda s: s.node_rank)
@@ -336,13 +324,13 @@ def _with_numbers(status: StableTrainingJobStatus, world: World) -> StableTraini
         return status
     lead = fresh[0]
     steps = [s.step for s in fresh if s.step is not None]
-    tokens = _finite(lead.tokens_per_second)
+    tokens = finite_or(lead.tokens_per_second, None)
     return status.model_copy(
         update={
             "step": max(steps) if steps else status.step,
-            "loss": _finite(lead.loss),
-            "loss_baseline": _finite(lead.loss_baseline),
-            "grad_norm": _finite(lead.grad_norm),
+            "loss": finite_or(lead.loss, None),
+            "loss_baseline": finite_or(lead.loss_baseline, None),
+            "grad_norm": finite_or(lead.grad_norm, None),
             "tokens_per_second": tokens if tokens is None or tokens >= 0 else None,
             "checkpoints": merged_inventory(status.checkpoints, fresh),
         }
@@ -482,17 +470,19 @@ def _running(status: StableTrainingJobStatus, world: World) -> Step:
     if unrestorable:
         return _replan(status, world, unrestorable)
     observations, trips, incident = _observations(status, world, current)
-    decision = decide(
+    evaluation = evaluate(
         world.spec.recovery, observations, world.ledger, now=world.now, lr_scale=status.lr_scale
     )
+    decision = evaluation.decision
     if decision is not None:
-        return _act(
+        step = _act(
             status, world, _crash_looped(status, world, decision, incident), trips, incident
         )
-    step = _keep_running(status, world, current)
-    if step.status.phase is Phase.CONFIRMING:
-        return _confirm(step, world)
-    return step
+    else:
+        step = _keep_running(status, world, current)
+        if step.status.phase is Phase.CONFIRMING:
+            step = _confirm(step, world)
+    return dataclasses.replace(step, deferred=evaluation.deferred)
 
 
 def _crash_looped(

@@ -143,17 +143,17 @@ def torchrun_env(spec: StableTrainingJobSpec, job: JobRef, attempt: int, rank: i
         # Rank 0 hosts the TCPStore: said outright instead of torchrun's hostname heuristic.
         conf += f",is_host={1 if rank == 0 else 0}"
     return [
-        _value("PET_NNODES", workers.nodes),
-        _value("PET_NPROC_PER_NODE", workers.processes_per_node),
-        _value("PET_NODE_RANK", rank),
-        _value("PET_RDZV_BACKEND", rendezvous.backend),
-        _value("PET_RDZV_ENDPOINT", f"{master}:{rendezvous.port}"),
-        _value("PET_RDZV_ID", naming.rendezvous_id(job.name, attempt)),
-        _value("PET_RDZV_CONF", conf),
-        _value("PET_MASTER_ADDR", master),
-        _value("PET_MASTER_PORT", rendezvous.port),
-        _value("PET_MAX_RESTARTS", 0),
-        {"name": "PET_LOCAL_ADDR", **_field("status.podIP")},
+        _value(env.PET_NNODES, workers.nodes),
+        _value(env.PET_NPROC_PER_NODE, workers.processes_per_node),
+        _value(env.PET_NODE_RANK, rank),
+        _value(env.PET_RDZV_BACKEND, rendezvous.backend),
+        _value(env.PET_RDZV_ENDPOINT, f"{master}:{rendezvous.port}"),
+        _value(env.PET_RDZV_ID, naming.rendezvous_id(job.name, attempt)),
+        _value(env.PET_RDZV_CONF, conf),
+        _value(env.PET_MASTER_ADDR, master),
+        _value(env.PET_MASTER_PORT, rendezvous.port),
+        _value(env.PET_MAX_RESTARTS, 0),
+        {"name": env.PET_LOCAL_ADDR, **_field("status.podIP")},
     ]
 
 
@@ -371,6 +371,7 @@ def build_directives_config_map(job: JobRef, directives: Directives) -> Json:
 
 
 SKIP_RANGES_KEY = "skipRanges.json"
+"""Key of the spilled skip list in the ConfigMap named by status.skipRangesConfigMap."""
 
 
 def build_skip_ranges_config_map(job: JobRef, ranges: Sequence[SkipRange]) -> Json:

@@ -11,7 +11,6 @@ import asyncio
 import dataclasses
 import json
 import logging
-import math
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -25,10 +24,11 @@ from stabletrain_agent.contract.channel import HTTP_OK, new_token
 from stabletrain_agent.contract.directives import Directives, SkipRange, parse_directives
 from stabletrain_agent.contract.env import DIRECTIVES_FILE_KEY, TOKEN_SECRET_KEY
 from stabletrain_agent.export import AgentUnreachableError, put_directives
-from stabletrain_operator import crashpoints, metrics, naming, pods
+from stabletrain_operator import metrics, naming, pods
 from stabletrain_operator.api.constants import Phase
 from stabletrain_operator.api.spec import StableTrainingJobSpec
 from stabletrain_operator.api.status import StableTrainingJobStatus, SuspectNode
+from stabletrain_operator.finite import non_finite_replaced
 from stabletrain_operator.jobview import JobView, Source, identity, parse, source, write_needed
 from stabletrain_operator.kube import HTTP_CONFLICT, Kube, StaleStatusError, each
 from stabletrain_operator.machine import Launch, Step, World, advance
@@ -337,25 +337,12 @@ def _put_live(token: str | None, step: Step, facts: list[PodFacts]) -> None:
                          result.ack.message)  # fmt: skip
 
 
-def _finite(value: Any) -> Any:
-    """The value with every NaN or infinity replaced by null, recursively.
-
-    A trip report's `value` is NaN for a NonFinite trip; JSON has no NaN, and the API server
-    refuses a status patch that carries one (HTTP 400), which would stall the job. The
-    schema's numbers are nullable, and the evidence text still says what was seen.
-    """
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {key: _finite(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_finite(item) for item in value]
-    return value
-
-
 def status_json(status: StableTrainingJobStatus) -> dict[str, Any]:
-    """The status as the API server accepts it: camelCase, JSON types, no NaN."""
-    data: dict[str, Any] = _finite(status.model_dump(mode="json", by_alias=True))
+    """The status as the API server accepts it: camelCase, JSON types, no NaN (null instead:
+    the schema's numbers are nullable, and a trip's evidence text still says what was seen)."""
+    data: dict[str, Any] = non_finite_replaced(
+        status.model_dump(mode="json", by_alias=True), lambda _: None
+    )
     return data
 
 
@@ -562,6 +549,8 @@ async def tick(
         if final != scrapes:
             settled = advance(status, dataclasses.replace(world, scrapes=final))
             step = settled if _stops_now(status, settled) else step
+    for note in step.deferred:
+        _log.debug("job %s: %s", key.name, note.message)
     if step.launch is not None:
         await asyncio.to_thread(launch, kube, ref, spec, step.launch)
         if step.launch.spill_skip_ranges is not None:
@@ -569,7 +558,6 @@ async def tick(
     written = await _record(kube, key, view, step.status, memory, progress_seconds=progress_seconds)
     if written and step.status.phase is not status.phase:
         _log.info("job %s: %s -> %s", key.name, status.phase, step.status.phase)
-        crashpoints.maybe_crash_after(step.status.phase.value)
     if step.status.attempt != status.attempt:
         memory.seen = {n: a for n, a in memory.seen.items() if a >= step.status.attempt}
     if step.delete_pods:

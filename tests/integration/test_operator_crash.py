@@ -1,5 +1,6 @@
 """The operator SIGKILLed right after each status write of a rollback (planned crash points)
-and restarted: the rollback completes exactly once, with no extra attempt or pod."""
+and restarted: the rollback completes exactly once, with no extra attempt or pod. The crash
+points are the test wrapper's (support/operator_crashpoints.py), not the product's."""
 
 from __future__ import annotations
 
@@ -8,10 +9,10 @@ from pathlib import Path
 
 from kubernetes import client
 
-from stabletrain_operator.crashpoints import CRASH_AFTER_ENV, CRASH_MARKERS_ENV
 from support.controlplane import ControlPlane
 from support.localnode import LocalCluster
 from support.operator import Jobs, job_manifest, running_operator, worker_log
+from support.operator_crashpoints import CRASH_AFTER_ENV, CRASH_MARKERS_ENV
 
 PHASES = ("Stopping", "Planning", "Relaunching", "Confirming", "Running")
 ROLLBACK = {"minStepsBeforeOnset": 5, "skipStepsBeforeOnset": 2, "skipStepsAfterOnset": 5,

@@ -2,9 +2,11 @@
 
 The operator runs exactly as in production (`python -m stabletrain_operator`) against the
 test control plane, watching one namespace, with its metrics and liveness on free loopback
-ports. Stopping deletes the namespace's jobs first while the operator still runs: kopf puts
-a finalizer on every object that has a daemon, and only a running operator removes it, so a
-job left behind would hold its namespace in Terminating forever.
+ports; when its environment plans crash points, through the wrapper that adds them
+(support/operator_crashpoints.py, which `python -m` finds through PYTHONPATH). Stopping
+deletes the namespace's jobs first while the operator still runs: kopf puts a finalizer on
+every object that has a daemon, and only a running operator removes it, so a job left
+behind would hold its namespace in Terminating forever.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from stabletrain_operator.api.constants import CRD_NAME, GROUP, PLURAL, VERSION
 from stabletrain_operator.api.crdgen import CRD_PATH
 from support.controlplane import ControlPlane
 from support.localnode import LocalCluster
+from support.operator_crashpoints import CRASH_AFTER_ENV, planned_phases
+from support.operator_crashpoints import MODULE as CRASHING_OPERATOR
 from support.processes import ManagedProcess, free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -79,14 +83,19 @@ class OperatorProcess:
     def start(self, env: Mapping[str, str] | None = None) -> None:
         self.metrics_port = free_port()
         liveness = self.liveness_url = f"http://127.0.0.1:{free_port()}/healthz"
+        full_env = {**self.plane.env(), **self.extra_env, **(env or {})}
+        module = "stabletrain_operator"
+        if planned_phases(full_env):
+            module = CRASHING_OPERATOR
+            paths = [str(REPO / "tests"), full_env.get("PYTHONPATH", "")]
+            full_env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
         argv = [
-            sys.executable, "-m", "stabletrain_operator", "--namespace", self.namespace,
+            sys.executable, "-m", module, "--namespace", self.namespace,
             "--metrics-port", str(self.metrics_port), "--liveness", liveness,
             "--progress-write-seconds", str(self.progress_write_seconds),
         ]  # fmt: skip
         if os.environ.get("STABLETRAIN_TEST_OPERATOR_VERBOSE"):
             argv.append("--verbose")
-        full_env = {**self.plane.env(), **self.extra_env, **(env or {})}
         self.process = ManagedProcess("operator", argv, self.log_path, env=full_env)
 
     def alive(self) -> bool:
@@ -148,7 +157,7 @@ def running_operator(
         yield operator
     finally:
         if not operator.alive():
-            operator.start(env={"STABLETRAIN_OPERATOR_CRASH_AFTER": ""})
+            operator.start(env={CRASH_AFTER_ENV: ""})
         delete_jobs(api_client, namespace)
         operator.stop()
 

@@ -20,6 +20,8 @@ from torch.optim.lr_scheduler import CosineAnnealingLR, LambdaLR, LRScheduler
 from stabletrain_agent.contract.directives import Directives
 from stabletrain_agent.directives import DirectiveSource
 from stabletrain_agent.guard import Guard, GuardEnv
+from stabletrain_agent.lr import LrScale
+from support.workloads.contract_worker import lr_factor
 
 BASE_LR = 0.1
 ETA_MIN = 0.01
@@ -162,9 +164,26 @@ def test_rewarmup_ramps_the_scaled_lr_after_a_resume(schedule: str, tmp_path: Pa
     resumed.restore(tmp_path / "step-4.pt", guard_first=False)
     factors = [resumed.step_and_measure_lr(seed=step) / closed_form(step) for step in range(5, 11)]
     assert factors == pytest.approx([0.125, 0.25, 0.375, 0.5, 0.5, 0.5], rel=1e-4)
-    assert factors == pytest.approx(
-        [rollback.lr_multiplier(step) for step in range(5, 11)], rel=1e-4
+    assert factors == pytest.approx([lr_factor(rollback, step) for step in range(5, 11)], rel=1e-4)
+
+
+def test_the_ramp_starts_at_the_first_step_after_the_resume_step() -> None:
+    scale = LrScale(scale=0.5, rewarmup_from_step=1000, rewarmup_steps=100)
+    rollback = Directives(
+        generation=2, attempt=1, resume_step=1000, lr_scale=0.5, rewarmup_steps=100
     )
+    steps = (1001, 1050, 1099, 1100, 5000)
+    expected = [0.5 / 100, 0.25, 0.5 * 99 / 100, 0.5, 0.5]
+    assert [scale.factor(step) for step in steps] == pytest.approx(expected)
+    assert [lr_factor(rollback, step) for step in steps] == pytest.approx(expected)
+
+
+def test_without_rewarmup_the_factor_is_the_scale() -> None:
+    assert LrScale(scale=0.3).factor(7) == 0.3
+    assert LrScale(scale=0.3, rewarmup_from_step=10, rewarmup_steps=0).factor(11) == 0.3
+    assert lr_factor(Directives(generation=1, attempt=0, lr_scale=0.3), 7) == 0.3
+    fresh = Directives(generation=1, attempt=0, resume_step=10, lr_scale=0.3, rewarmup_steps=0)
+    assert lr_factor(fresh, 11) == 0.3
 
 
 def test_the_scheduler_keeps_its_own_lr_between_steps() -> None:

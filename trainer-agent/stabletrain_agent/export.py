@@ -76,10 +76,6 @@ REQUEST_TIMEOUT_SECONDS = 10.0
 _GET_PATHS = f"{METRICS_HTTP_PATH} or {STATUS_HTTP_PATH}"
 SHUTDOWN_POLL_SECONDS = 0.05
 """How often the serving thread checks for stop(): a stop returns within about this long."""
-LOCAL_RANK_ENV = "LOCAL_RANK"
-"""Set by torchrun; only local rank 0 of a pod serves."""
-GLOBAL_RANK_ENV = "RANK"
-"""Set by torchrun: the global rank the heartbeat names."""
 
 
 class _Metrics:
@@ -256,7 +252,7 @@ class AgentExporter:
     ) -> AgentExporter | None:
         """The exporter the pod's env describes, or None on any local rank but 0."""
         environ = os.environ if environ is None else environ
-        if environ.get(LOCAL_RANK_ENV, "0") != "0":
+        if environ.get(env.LOCAL_RANK, "0") != "0":
             return None
         raw_port = environ.get(env.AGENT_PORT, str(env.DEFAULT_AGENT_PORT))
         if not raw_port.isdigit() or int(raw_port) > 65535:
@@ -264,11 +260,9 @@ class AgentExporter:
         raw_rank = environ.get(env.NODE_RANK, "0")
         if not raw_rank.isdigit():
             raise ValueError(f"{env.NODE_RANK} must be a non-negative integer, got {raw_rank!r}")
-        raw_global = environ.get(GLOBAL_RANK_ENV, raw_rank)
+        raw_global = environ.get(env.RANK, raw_rank)
         if not raw_global.isdigit():
-            raise ValueError(
-                f"{GLOBAL_RANK_ENV} must be a non-negative integer, got {raw_global!r}"
-            )
+            raise ValueError(f"{env.RANK} must be a non-negative integer, got {raw_global!r}")
         return cls(
             source=source,
             token=environ.get(env.DIRECTIVES_TOKEN, ""),

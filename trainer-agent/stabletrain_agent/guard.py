@@ -146,7 +146,7 @@ class GuardEnv:
         return cls(
             attempt=int(source.get(env.ATTEMPT, "0")),
             node=source.get(env.NODE_NAME) or socket.gethostname(),
-            local_rank=int(source.get("LOCAL_RANK", "0")),
+            local_rank=int(source.get(env.LOCAL_RANK, "0")),
             termination_path=Path(termination) if termination else None,
             lineage_root=Path(lineage) if lineage else None,
         )

@@ -27,8 +27,6 @@ INVENTORY_MAX = 64
 CHOICE_MAX = 1024
 EXCLUDED_MAX = 16
 """Re-plans of one action after restore failures; more fails the job (NoUsableCheckpoint)."""
-SKIP_RANGES_CONFIG_MAP_KEY = "skipRanges.json"
-"""Key of the spilled skip list in the ConfigMap named by skipRangesConfigMap."""
 SUSPECTS_MAX = 8
 """Suspects recorded per incident."""
 SUSPECT_NODES_MAX = 16

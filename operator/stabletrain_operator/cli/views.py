@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from stabletrain_agent.contract.base import error_lines
 from stabletrain_agent.contract.directives import SkipRange
 from stabletrain_agent.contract.inventory import CheckpointRecord, TierCopy
 from stabletrain_operator.api.constants import Phase
@@ -25,11 +26,10 @@ def job_status(job: dict[str, Any]) -> StableTrainingJobStatus:
     try:
         return StableTrainingJobStatus.model_validate(job.get("status") or {})
     except ValidationError as error:
-        first = error.errors()[0]
-        field = ".".join(str(part) for part in first["loc"])
+        first = error_lines(error, under="status")[0]
         raise CliError(
-            f"job {_name(job)} has a status this CLI cannot read (status.{field}: "
-            f"{first['msg']}); is the operator newer than this CLI?"
+            f"job {_name(job)} has a status this CLI cannot read ({first}); "
+            "is the operator newer than this CLI?"
         ) from None
 
 

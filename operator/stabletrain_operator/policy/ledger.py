@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
+from stabletrain_agent.contract.base import error_lines
 from stabletrain_agent.contract.directives import SkipRange
 from stabletrain_agent.contract.names import Action, AnomalyClass
 from stabletrain_operator.api.status import StableTrainingJobStatus
@@ -116,10 +117,7 @@ class PolicyLedger:
         try:
             return _ADAPTER.validate_python(data)
         except ValidationError as error:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in problem['loc']) or '(root)'}: {problem['msg']}"
-                for problem in error.errors()
-            )
+            problems = "; ".join(error_lines(error))
             raise ValueError(f"invalid policy ledger: {problems}") from None
 
     @classmethod

@@ -42,12 +42,12 @@ def _alone(spec: StableTrainingJobSpec, name: str) -> dict[str, str]:
     if spec.workers.rendezvous.backend == "c10d":
         conf += ",is_host=1"
     return {
-        "PET_NNODES": "1",
-        "PET_NODE_RANK": "0",
-        "PET_RDZV_ENDPOINT": f"{LOOPBACK}:{port}",
-        "PET_RDZV_ID": name,
-        "PET_RDZV_CONF": conf,
-        "PET_MASTER_ADDR": LOOPBACK,
+        env.PET_NNODES: "1",
+        env.PET_NODE_RANK: "0",
+        env.PET_RDZV_ENDPOINT: f"{LOOPBACK}:{port}",
+        env.PET_RDZV_ID: name,
+        env.PET_RDZV_CONF: conf,
+        env.PET_MASTER_ADDR: LOOPBACK,
         env.NODES: "1",
         env.NODE_RANK: "0",
         PREFLIGHT_ENV: "1",

@@ -32,7 +32,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from stabletrain_agent.contract import env
-from stabletrain_agent.contract.directives import SkipRange
+from stabletrain_agent.contract.directives import Directives, SkipRange
 from stabletrain_agent.contract.inventory import (
     CheckpointRecord,
     NodeCopy,
@@ -52,6 +52,24 @@ def _int(name: str, default: int) -> int:
 
 def _in_skip(step: int, skip: Sequence[SkipRange]) -> bool:
     return any(r.first <= step <= r.last for r in skip)
+
+
+def lr_factor(directives: Directives, step: int) -> float:
+    """The factor on the scheduled LR at global `step`: what the guard's LrScale applies
+    (stabletrain_agent/lr.py) once it adopted `directives`, re-warm-up included. This worker
+    is torch-free and lr.py is not, so the arithmetic is repeated here;
+    tests/torch/test_guard_lr.py checks that the two agree.
+
+    A checkpoint of step S holds the state after S steps, so the first step run after
+    resuming is S + 1: it gets lr_scale / rewarmup_steps, step S + rewarmup_steps and later
+    the full lr_scale.
+    """
+    if directives.resume_step is None or directives.rewarmup_steps == 0:
+        return directives.lr_scale
+    into_ramp = max(step - directives.resume_step, 1)
+    return (
+        directives.lr_scale * min(into_ramp, directives.rewarmup_steps) / directives.rewarmup_steps
+    )
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
@@ -94,8 +112,8 @@ def _inventory(local: Path, pfs: Path, node: str, ranks: int) -> list[Checkpoint
 def main() -> int:
     attempt = _int(env.ATTEMPT, 0)
     node = os.environ.get(env.NODE_NAME, "local")
-    ranks = _int("WORLD_SIZE", 1)
-    rank = _int("RANK", 0)
+    ranks = _int(env.WORLD_SIZE, 1)
+    rank = _int(env.RANK, 0)
     local = Path(os.environ.get(env.LOCAL_CHECKPOINT_DIR, "/tmp/local"))
     pfs = Path(os.environ.get(env.PFS_CHECKPOINT_DIR, "/tmp/pfs"))
     steps = _int("ST_STEPS", 60)
@@ -125,7 +143,7 @@ def main() -> int:
     start = directives.resume_step or 0
     if start and not (pfs / f"step-{start}" / f"rank-{rank}.json").exists():
         message = render_restore_failure(start, attempt, "its PFS copy is missing")
-        if _int("LOCAL_RANK", 0) == 0:
+        if _int(env.LOCAL_RANK, 0) == 0:
             Path(os.environ[env.TERMINATION_MESSAGE_PATH]).write_text(message)
         print(f"contract_worker: {message}", file=sys.stderr)
         return RESTORE_EXIT_CODE
@@ -148,7 +166,7 @@ def main() -> int:
                 loss = float("nan")
             if grad_at <= step < grad_at + grad_len:
                 grad_norm *= 10.0
-            lr = 0.1 * applied.lr_multiplier(step)
+            lr = 0.1 * lr_factor(applied, step)
             verdict = monitor.observe(
                 StepObservation(
                     step=step, loss=loss, grad_norm=grad_norm, lr=lr, tokens_per_second=1000.0,

@@ -91,22 +91,5 @@ def test_not_json_is_a_contract_error() -> None:
         parse_directives(b"\xff{")
 
 
-def test_lr_multiplier_ramps_after_resume() -> None:
-    directives = Directives(
-        generation=2, attempt=1, resume_step=1000, lr_scale=0.5, rewarmup_steps=100
-    )
-    assert directives.lr_multiplier(1001) == pytest.approx(0.5 / 100)
-    assert directives.lr_multiplier(1050) == pytest.approx(0.25)
-    assert directives.lr_multiplier(1099) == pytest.approx(0.5 * 99 / 100)
-    assert directives.lr_multiplier(1100) == 0.5
-    assert directives.lr_multiplier(5000) == 0.5
-
-
-def test_lr_multiplier_without_rewarmup_is_the_scale() -> None:
-    assert Directives(generation=1, attempt=0, lr_scale=0.3).lr_multiplier(7) == 0.3
-    fresh = Directives(generation=1, attempt=0, resume_step=10, lr_scale=0.3, rewarmup_steps=0)
-    assert fresh.lr_multiplier(11) == 0.3
-
-
 def test_skip_range_length_is_inclusive() -> None:
     assert SkipRange(first=10, last=10).length == 1

@@ -287,6 +287,24 @@ def test_alert_changes_only_status_and_events() -> None:
     assert repeat.status.counters.alerts == 1, "one alert per episode"
 
 
+def test_a_firing_signal_that_changes_nothing_says_why_for_the_log() -> None:
+    finding = FindingReport(
+        signal="GradNormSpike", anomaly_class=AnomalyClass.DIVERGENCE, value=10.0,
+        threshold=4.0, onset_step=50, consecutive=4, sustained=True, evidence="grad norm 10x",
+    )  # fmt: skip
+    scrapes = tuple(agent(r, step=57, firing=(finding,)) for r in (0, 1))
+    status = running()
+    alerted = advance(status, world(status, pods=(pod(0), pod(1)), scrapes=scrapes))
+    assert alerted.deferred == ()
+    repeat = advance(
+        alerted.status,
+        world(alerted.status, pods=(pod(0), pod(1)), scrapes=scrapes, ledger=alerted.ledger),
+    )
+    assert [(d.signal, d.message) for d in repeat.deferred] == [
+        ("GradNormSpike", "rule grad already alerted on this episode of GradNormSpike (onset 50)")
+    ]
+
+
 def test_reduce_lr_sends_live_directives_without_restart() -> None:
     rules = [{"name": "grad", "onSignals": ["GradNormSpike"], "action": "ReduceLR"}]
     job = spec(recovery={"rules": rules})

@@ -192,9 +192,7 @@ class CheckpointConfig:
             pfs_root=Path(environ[env.PFS_CHECKPOINT_DIR]),
             attempt=int(environ[env.ATTEMPT]),
             node=environ.get(env.NODE_NAME) or os.uname().nodename,
-            # Outside the operator torchrun's GROUP_RANK is the node rank (stable only with
-            # the static rendezvous, which keeps --node-rank).
-            node_rank=int(environ.get(env.NODE_RANK) or environ.get("GROUP_RANK") or "0"),
+            node_rank=int(environ.get(env.NODE_RANK) or environ.get(env.GROUP_RANK) or "0"),
             keep_local=_env_int(environ, env.LOCAL_RETENTION, env.DEFAULT_RETENTION, MIN_KEEP),
             keep_pfs=_env_int(environ, env.PFS_RETENTION, env.DEFAULT_RETENTION, MIN_KEEP),
             max_spike_markers=_env_int(environ, env.SPIKE_MARKERS, env.DEFAULT_SPIKE_MARKERS, 0),
@@ -262,7 +260,7 @@ class CheckpointManager:
         self._rank_state = dict(rank_state or {})
         self._distributed = dist.is_available() and dist.is_initialized()
         self.rank = dist.get_rank() if self._distributed else 0
-        self.local_rank = int(os.environ.get("LOCAL_RANK") or "0")
+        self.local_rank = int(os.environ.get(env.LOCAL_RANK) or "0")
         self.world_size = dist.get_world_size() if self._distributed else 1
         self._world_group: dist.ProcessGroup | None = None
         self._node_group: dist.ProcessGroup | None = None

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from stabletrain_agent.checkpoint.atomic import crc32_file
 from stabletrain_agent.checkpoint.layout import MANIFEST_NAME, TEMP_PREFIX, check_node_name
+from stabletrain_agent.contract.base import error_lines
 
 
 class CheckpointCorruptError(Exception):
@@ -96,10 +97,9 @@ def read_manifest(directory: Path) -> CopyManifest:
     try:
         manifest = CopyManifest.model_validate_json(raw)
     except ValidationError as error:
-        first = error.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "(document)"
+        first = error_lines(error, root="(document)")[0]
         raise CheckpointCorruptError(
-            directory, f"{MANIFEST_NAME} is not a valid manifest at {where}: {first['msg']}"
+            directory, f"{MANIFEST_NAME} is not a valid manifest at {first}"
         ) from None
     manifest.check_names()
     return manifest

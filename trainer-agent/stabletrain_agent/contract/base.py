@@ -51,8 +51,20 @@ class ContractError(ValueError):
 
 def describe_errors(what: str, error: ValidationError) -> str:
     """One line per problem, each naming the field path as it appears on the wire."""
-    lines = [f"invalid {what}:"]
+    return "\n".join([f"invalid {what}:", *(f"  {line}" for line in error_lines(error))])
+
+
+def error_lines(error: ValidationError, *, under: str = "", root: str = "(root)") -> list[str]:
+    """`path: message` for each problem of a validation, the one formatter of both packages.
+
+    The path is the field's as the payload spells it (camelCase for the contract's models),
+    so the person who wrote the payload can find it; `under` prefixes it when the payload
+    sits below a key of a larger document, and `root` names the payload itself when the
+    problem is the whole of it.
+    """
+    lines = []
     for problem in error.errors():
-        location = ".".join(str(part) for part in problem["loc"]) or "(root)"
-        lines.append(f"  {location}: {problem['msg']}")
-    return "\n".join(lines)
+        parts = (under, *problem["loc"]) if under else problem["loc"]
+        location = ".".join(str(part) for part in parts) or root
+        lines.append(f"{location}: {problem['msg']}")
+    return lines

@@ -127,18 +127,6 @@ class Directives(ContractModel):
                 raise ValueError(f"trip_on names {name} but detection.custom does not define it")
         return self
 
-    def lr_multiplier(self, step: int) -> float:
-        """The factor on the scheduled LR for global `step`, re-warm-up included.
-
-        A checkpoint of step S holds the state after S steps, so the first step run after
-        resuming is S + 1: it gets lr_scale / rewarmup_steps, step S + rewarmup_steps and
-        later the full lr_scale.
-        """
-        if self.resume_step is None or self.rewarmup_steps == 0:
-            return self.lr_scale
-        into_ramp = max(step - self.resume_step, 1)
-        return self.lr_scale * min(into_ramp, self.rewarmup_steps) / self.rewarmup_steps
-
     def to_json(self) -> str:
         return self.model_dump_json()
 

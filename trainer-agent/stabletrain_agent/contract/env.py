@@ -1,4 +1,5 @@
-"""What the operator puts into every training container's environment, by name.
+"""What the operator puts into every training container's environment, by name, and the
+variables of torchrun's that either side uses: every env name of both packages is here.
 
 Env vars are fixed for a pod's life, which is exactly right for per-attempt facts (the
 attempt number fences everything the pod writes and accepts). Anything that changes during
@@ -72,3 +73,29 @@ DEFAULT_AGENT_BIND_ADDRESS = "0.0.0.0"
 
 TOKEN_SECRET_KEY = "token"
 """Key of the token inside the per-job Secret."""
+
+# torchrun's options as the operator sets them: torchrun reads PET_<OPTION> for every option
+# not given on its command line (torch 2.9, torch/distributed/argparse_util.py).
+PET_NNODES = "PET_NNODES"
+PET_NPROC_PER_NODE = "PET_NPROC_PER_NODE"
+PET_NODE_RANK = "PET_NODE_RANK"
+PET_RDZV_BACKEND = "PET_RDZV_BACKEND"
+PET_RDZV_ENDPOINT = "PET_RDZV_ENDPOINT"
+PET_RDZV_ID = "PET_RDZV_ID"
+PET_RDZV_CONF = "PET_RDZV_CONF"
+PET_MASTER_ADDR = "PET_MASTER_ADDR"
+PET_MASTER_PORT = "PET_MASTER_PORT"
+PET_MAX_RESTARTS = "PET_MAX_RESTARTS"
+PET_LOCAL_ADDR = "PET_LOCAL_ADDR"
+
+# What torchrun sets in every worker process it starts; the agent reads them.
+LOCAL_RANK = "LOCAL_RANK"
+"""The process's rank within its pod: only local rank 0 serves HTTP and writes the pod's
+termination message."""
+RANK = "RANK"
+"""The process's global rank: the heartbeat names it."""
+WORLD_SIZE = "WORLD_SIZE"
+"""Processes in the job; absent outside torchrun, where the run is one process."""
+GROUP_RANK = "GROUP_RANK"
+"""torchrun's node rank: the checkpoint manager's fallback when the operator did not set
+STABLETRAIN_NODE_RANK (stable only with the static rendezvous, which keeps --node-rank)."""

@@ -27,6 +27,7 @@ from stabletrain_agent.checkpoint.manager import CheckpointConfig, CheckpointMan
 from stabletrain_agent.checkpoint.planned import restore_planned
 from stabletrain_agent.checkpoint.replicate import FlushResult, PfsCondition
 from stabletrain_agent.checkpoint.states import RngState, Stateful
+from stabletrain_agent.contract import env
 from stabletrain_agent.contract.inventory import CheckpointRecord
 from stabletrain_agent.directives import DirectiveSource
 from stabletrain_agent.guard import Guard, GuardEnv
@@ -41,7 +42,7 @@ def init_process_group_from_env() -> None:
     and accelerate check first), so the restore that must happen before they build their
     state can run collectives. Outside torchrun (no WORLD_SIZE) the run is one process.
     """
-    if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or dist.is_initialized():
+    if int(os.environ.get(env.WORLD_SIZE, "1")) <= 1 or dist.is_initialized():
         return
     dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from stabletrain_agent.contract.names import Action
 from stabletrain_operator.cli.errors import CliError
 from stabletrain_operator.cli.replay.run import ReplayResult
+from stabletrain_operator.finite import finite_or
 
 _COLOURS = {
     Action.ROLLBACK: "tab:red",
@@ -39,7 +40,7 @@ def write_plot(result: ReplayResult, out: Path, *, title: str) -> None:
             first = attempt == attempts[0]
             axes.plot(
                 steps,
-                [_finite(p.loss) for p in points],
+                [finite_or(p.loss, math.nan) for p in points],
                 lw=0.8,
                 color="tab:blue",
                 alpha=fade,
@@ -92,7 +93,3 @@ def write_plot(result: ReplayResult, out: Path, *, title: str) -> None:
             raise CliError(f"cannot write the plot to {out}: {error.strerror}") from None
     finally:
         pyplot.close(figure)
-
-
-def _finite(value: float) -> float:
-    return value if math.isfinite(value) else math.nan

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import ValidationError
 
+from stabletrain_agent.contract.base import error_lines
 from stabletrain_agent.contract.detection import DetectionConfig
 from stabletrain_operator.api.spec import RecoverySpec
 from stabletrain_operator.cli.errors import USAGE_EXIT, CliError
@@ -71,18 +72,8 @@ def _validate(path: Path, model: type[Model], key: str, value: Any) -> Model:
     try:
         return model.model_validate({} if value is None else value)
     except ValidationError as error:
-        raise CliError(
-            f"{path}: invalid policy:\n{_describe(key, error)}", exit_code=USAGE_EXIT
-        ) from None
-
-
-def _describe(key: str, error: ValidationError) -> str:
-    """One line per problem, the field path as written in the YAML (camelCase)."""
-    lines = []
-    for issue in error.errors():
-        location = ".".join(str(part) for part in (key, *issue["loc"]))
-        lines.append(f"  {location}: {issue['msg']}")
-    return "\n".join(lines)
+        problems = "\n".join(f"  {line}" for line in error_lines(error, under=key))
+        raise CliError(f"{path}: invalid policy:\n{problems}", exit_code=USAGE_EXIT) from None
 
 
 def _check_custom_signals(path: Path, detection: DetectionConfig, recovery: RecoverySpec) -> None:

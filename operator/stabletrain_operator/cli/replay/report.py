@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-import math
 from typing import Any
 
 from stabletrain_operator.cli.replay.run import ReplayedDecision
+from stabletrain_operator.finite import non_finite_replaced
 
 
 def decision_record(replayed: ReplayedDecision) -> dict[str, Any]:
@@ -32,7 +32,7 @@ def decision_record(replayed: ReplayedDecision) -> dict[str, Any]:
 
 def json_line(replayed: ReplayedDecision) -> str:
     """One line of strict JSON (no NaN tokens: a non-finite number is written as a string)."""
-    return json.dumps(_strict(decision_record(replayed)), allow_nan=False)
+    return json.dumps(non_finite_replaced(decision_record(replayed), str), allow_nan=False)
 
 
 def text_block(replayed: ReplayedDecision) -> str:
@@ -50,13 +50,3 @@ def text_block(replayed: ReplayedDecision) -> str:
     if decision.evidence:
         lines.append(f"  evidence: {decision.evidence}")
     return "\n".join(lines)
-
-
-def _strict(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if isinstance(value, dict):
-        return {key: _strict(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_strict(item) for item in value]
-    return value
