@@ -365,17 +365,6 @@ def _record_metrics(key: JobKey, spec: StableTrainingJobSpec, step: Step) -> Non
         metrics.RECOVERY_SECONDS.observe(step.recovered_after.total_seconds())
 
 
-def _ledger(key: JobKey, status: StableTrainingJobStatus) -> PolicyLedger:
-    """The policy's memory as the last decision left it in status; rebuilt from counters and
-    history when status has none (or an unreadable one, which is logged)."""
-    if status.policy_ledger is not None:
-        try:
-            return PolicyLedger.from_status(status.policy_ledger)
-        except ValueError as error:
-            _log.error("job %s: %s; rebuilding it from counters and history", key.name, error)
-    return PolicyLedger.from_job_status(status)
-
-
 def remediate(
     kube: Kube,
     remediation: NodeRemediation,
@@ -517,7 +506,7 @@ async def tick(
     directives = memory.directives.get(status.attempt)
     if directives is None:
         directives = await asyncio.to_thread(_attempt_directives, kube, key, memory, status.attempt)
-    ledger = _ledger(key, status)
+    ledger = PolicyLedger.from_job_status(status)
     generation = job["metadata"].get("generation")
     preflight_pod = None
     if needs_preflight_pod(spec, status):

@@ -8,16 +8,15 @@ long skip lists spill into a ConfigMap whose name is recorded.
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import AwareDatetime, Field
 
 from stabletrain_agent.contract.directives import SkipRange
 from stabletrain_agent.contract.inventory import CheckpointRecord
 from stabletrain_agent.contract.names import Action, AnomalyClass
 from stabletrain_agent.contract.trip import TripReport
-from stabletrain_operator.api.base import PRESERVE_UNKNOWN, ApiModel
+from stabletrain_operator.api.base import ApiModel
 from stabletrain_operator.api.constants import Phase
+from stabletrain_operator.api.policy_memory import PolicyMemory
 
 HISTORY_MAX = 20
 """Decisions kept in status.rollbackHistory; older ones live in Events and metrics."""
@@ -271,7 +270,8 @@ class StableTrainingJobStatus(ApiModel):
     asked every pod to save now; cleared when the pods are stopped."""
     last_manual_request_id: str | None = Field(default=None, max_length=63)
     """spec.manualRollback.requestId handled last: a request with this id does not run again."""
-    policy_ledger: dict[str, Any] | None = Field(default=None, json_schema_extra=PRESERVE_UNKNOWN)
-    """The recovery policy's memory (budgets used, cooldowns, escalation, alert episodes),
-    written with each decision so an operator restart forgets no cooldown or alert episode.
-    Internal to the operator; read counters and rollbackHistory instead."""
+    policy_ledger: PolicyMemory | None = None
+    """The recovery policy's memory (cooldowns, escalation, alert episodes), written with
+    each decision so an operator restart forgets no cooldown or alert episode; the budgets
+    used are counters.rollbacks and counters.restarts. Null, or empty, on a job created
+    before it was kept: the operator rebuilds it from counters and rollbackHistory."""

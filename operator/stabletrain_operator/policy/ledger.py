@@ -1,41 +1,40 @@
 """What the policy must remember between decisions, and how it survives in the job's status.
 
 Budgets, cooldowns, escalation and alert de-duplication all need memory, yet `decide` is a
-pure function; the ledger is that memory, passed in and returned by `record`. It is plain
-JSON-able data so the operator can keep it in status and an operator restart forgets
-nothing. The budget counters can also be rebuilt from the status counters and rollback
-history alone, which is the part that must never be lost.
+pure function; the ledger is that memory, passed in and returned by `record`. Each part is
+stored once in status: the budgets used in status.counters and the last handled manual
+request in status.lastManualRequestId, which people read, and the rest in
+status.policyLedger (`PolicyMemory`), so an operator restart forgets nothing and the two
+can never disagree. Without a policyLedger, escalation and the cooldown are rebuilt from
+rollbackHistory.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import ValidationError
 
 from stabletrain_agent.contract.base import error_lines
-from stabletrain_agent.contract.directives import SkipRange
 from stabletrain_agent.contract.names import Action, AnomalyClass
+from stabletrain_operator.api.policy_memory import (
+    RAISED_ALERTS_MAX,
+    RECENT_ROLLBACKS_MAX,
+    AlertEpisode,
+    PolicyMemory,
+    RollbackMemory,
+)
 from stabletrain_operator.api.status import StableTrainingJobStatus
 
-RECENT_ROLLBACKS_MAX = 16
-"""Rollbacks kept for escalation; more recurrences than this fail long before."""
-RAISED_ALERTS_MAX = 32
-"""Alert episodes remembered; the oldest are forgotten first."""
-
-
-@dataclass(frozen=True)
-class RollbackMemory:
-    """One automatic rollback, as escalation needs it."""
-
-    onset_step: int
-    lr_scale: float
-    skip: tuple[SkipRange, ...] = ()
-    escalation_level: int = 0
-    anomaly_class: AnomalyClass | None = None
-    """What the rollback answered; None (a ledger kept before the class was) matches any."""
+__all__ = [
+    "RAISED_ALERTS_MAX",
+    "RECENT_ROLLBACKS_MAX",
+    "AlertEpisode",
+    "PolicyLedger",
+    "RollbackMemory",
+    "same_kind",
+]
 
 
 def same_kind(earlier: AnomalyClass | None, later: AnomalyClass | None) -> bool:
@@ -49,28 +48,13 @@ def same_kind(earlier: AnomalyClass | None, later: AnomalyClass | None) -> bool:
 
 
 @dataclass(frozen=True)
-class AlertEpisode:
-    """A live action (Alert, ReduceLR) already taken for one episode of one signal.
-
-    A report-only signal stays in the agent's `firing` list on every scrape while it
-    lasts; an episode is identified by its onset step, so it raises one Alert, not one per
-    scrape.
-    """
-
-    rule: str
-    signal: str
-    onset_step: int | None
-    at: datetime
-
-
-@dataclass(frozen=True)
 class PolicyLedger:
     """Budgets used, the last stopping action, recent rollbacks and raised alerts."""
 
     rollbacks_used: int = 0
-    """Automatic and manual rollbacks, against budgets.maxRollbacks."""
+    """Automatic and manual rollbacks, against budgets.maxRollbacks (status.counters.rollbacks)."""
     restarts_used: int = 0
-    """RestartFromLatest actions, against budgets.maxRestarts."""
+    """RestartFromLatest actions, against budgets.maxRestarts (status.counters.restarts)."""
     last_action_at: datetime | None = None
     """When the last stopping action (Rollback, RestartFromLatest) was recorded."""
     recent_rollbacks: tuple[RollbackMemory, ...] = ()
@@ -78,7 +62,8 @@ class PolicyLedger:
     live_actions: tuple[AlertEpisode, ...] = ()
     """Alert and ReduceLR episodes, oldest first, bounded by RAISED_ALERTS_MAX."""
     last_manual_request_id: str | None = None
-    """A manual request with this id has been handled and does not run again."""
+    """A manual request with this id has been handled and does not run again
+    (status.lastManualRequestId)."""
 
     def rollbacks_near(
         self, onset_step: int, within_steps: int, anomaly_class: AnomalyClass | None = None
@@ -106,28 +91,60 @@ class PolicyLedger:
             for e in self.live_actions
         )
 
-    def to_status(self) -> dict[str, Any]:
-        """JSON-able form for the job's status; `from_status` reads it back."""
-        data: dict[str, Any] = _ADAPTER.dump_python(self, mode="json")
-        return data
+    def to_status(self) -> PolicyMemory:
+        """status.policyLedger: the memory that counters and lastManualRequestId do not hold;
+        `from_status` reads it back."""
+        return PolicyMemory(
+            last_action_at=self.last_action_at,
+            recent_rollbacks=self.recent_rollbacks,
+            live_actions=self.live_actions,
+        )
 
     @classmethod
     def from_status(cls, data: object) -> PolicyLedger:
-        """The ledger persisted by `to_status`; ValueError names each malformed field."""
+        """The memory persisted by `to_status`, as a model or its JSON, with no budget used
+        (`from_job_status` adds those); ValueError names each malformed field."""
         try:
-            return _ADAPTER.validate_python(data)
+            return cls._remembering(PolicyMemory.model_validate(data))
         except ValidationError as error:
             problems = "; ".join(error_lines(error))
             raise ValueError(f"invalid policy ledger: {problems}") from None
 
     @classmethod
-    def from_job_status(cls, status: StableTrainingJobStatus) -> PolicyLedger:
-        """Rebuild the budget-relevant memory from status counters and rollback history.
+    def _remembering(cls, memory: PolicyMemory) -> PolicyLedger:
+        """A ledger holding `memory`, with no budget used and no manual request handled."""
+        return cls(
+            last_action_at=memory.last_action_at,
+            recent_rollbacks=memory.recent_rollbacks,
+            live_actions=memory.live_actions,
+        )
 
-        Used when no persisted ledger exists (a job created before the ledger was kept,
-        or status edited by hand): budgets and escalation survive, alert episodes and
-        cooldowns start afresh, which at worst raises one Alert again.
+    @classmethod
+    def from_job_status(cls, status: StableTrainingJobStatus) -> PolicyLedger:
+        """The ledger as the job's status keeps it: budgets used from counters, the last
+        manual request from lastManualRequestId, the rest from policyLedger.
+
+        A job created before the ledger was kept has no policyLedger, and one written by
+        such a version had an untyped map that the API server prunes to an empty object
+        once the typed CRD is applied. An empty memory says nothing rollbackHistory cannot
+        (any stopping or live action would be in it), so escalation and the cooldown are
+        rebuilt from history instead; alert episodes start afresh, which at worst raises
+        one Alert again.
         """
+        memory = status.policy_ledger
+        if memory is None or memory == PolicyMemory():
+            remembered = cls._rebuilt_from_history(status)
+        else:
+            remembered = cls.from_status(memory)
+        return replace(
+            remembered,
+            rollbacks_used=status.counters.rollbacks,
+            restarts_used=status.counters.restarts,
+            last_manual_request_id=status.last_manual_request_id,
+        )
+
+    @classmethod
+    def _rebuilt_from_history(cls, status: StableTrainingJobStatus) -> PolicyLedger:
         automatic = tuple(
             RollbackMemory(
                 onset_step=record.onset_step,
@@ -146,11 +163,8 @@ class PolicyLedger:
             if record.action in (Action.ROLLBACK, Action.RESTART_FROM_LATEST)
         ]
         return cls(
-            rollbacks_used=status.counters.rollbacks,
-            restarts_used=status.counters.restarts,
             last_action_at=max(stopping_times) if stopping_times else None,
             recent_rollbacks=automatic[-RECENT_ROLLBACKS_MAX:],
-            last_manual_request_id=status.last_manual_request_id,
         )
 
     def with_rollback(self, memory: RollbackMemory, *, now: datetime) -> PolicyLedger:
@@ -163,6 +177,3 @@ class PolicyLedger:
 
     def with_live_action(self, episode: AlertEpisode) -> PolicyLedger:
         return replace(self, live_actions=(*self.live_actions, episode)[-RAISED_ALERTS_MAX:])
-
-
-_ADAPTER: TypeAdapter[PolicyLedger] = TypeAdapter(PolicyLedger)

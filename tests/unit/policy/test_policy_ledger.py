@@ -1,4 +1,5 @@
-"""The ledger survives the trip through status JSON, and budgets survive without it."""
+"""The ledger survives the trip through status JSON, its budgets are the counters, and a
+status written before it was typed (or kept at all) still loads."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import json
 from datetime import UTC, datetime
 
 import pytest
+from pydantic import ValidationError
 
 from stabletrain_agent.contract.directives import SkipRange
 from stabletrain_agent.contract.names import Action, AnomalyClass
@@ -36,19 +38,100 @@ def full_ledger() -> PolicyLedger:
     )
 
 
-def test_round_trip_through_json_text() -> None:
+def status_with(ledger: PolicyLedger, **fields: object) -> StableTrainingJobStatus:
+    return StableTrainingJobStatus.model_validate(
+        {
+            "counters": {"rollbacks": ledger.rollbacks_used, "restarts": ledger.restarts_used},
+            "lastManualRequestId": ledger.last_manual_request_id,
+            "policyLedger": ledger.to_status().model_dump(mode="json", by_alias=True),
+            **fields,
+        }
+    )
+
+
+def test_round_trip_through_status_json_text() -> None:
     ledger = full_ledger()
-    text = json.dumps(ledger.to_status())
-    assert PolicyLedger.from_status(json.loads(text)) == ledger
+    text = json.dumps(status_with(ledger).model_dump(mode="json", by_alias=True))
+    status = StableTrainingJobStatus.model_validate(json.loads(text))
+    assert PolicyLedger.from_job_status(status) == ledger
+
+
+def test_budgets_used_are_stored_once_in_the_counters() -> None:
+    persisted = full_ledger().to_status().model_dump(mode="json", by_alias=True)
+    assert not {"rollbacksUsed", "restartsUsed", "lastManualRequestId"} & persisted.keys()
+    status = status_with(full_ledger()).model_copy(
+        update={"counters": Counters(rollbacks=4, restarts=5), "last_manual_request_id": "r-8"}
+    )
+    ledger = PolicyLedger.from_job_status(status)
+    assert (ledger.rollbacks_used, ledger.restarts_used) == (4, 5)
+    assert ledger.last_manual_request_id == "r-8"
+    assert ledger.recent_rollbacks == full_ledger().recent_rollbacks
 
 
 def test_malformed_ledger_names_the_field() -> None:
-    data = full_ledger().to_status()
-    data["recent_rollbacks"][0]["onset_step"] = "soon"
-    with pytest.raises(ValueError, match=r"recent_rollbacks\.0\.onset_step"):
+    data = full_ledger().to_status().model_dump(mode="json", by_alias=True)
+    data["recentRollbacks"][0]["onsetStep"] = "soon"
+    with pytest.raises(ValueError, match=r"recentRollbacks\.0\.onsetStep"):
         PolicyLedger.from_status(data)
     with pytest.raises(ValueError, match="invalid policy ledger"):
         PolicyLedger.from_status(["not", "a", "ledger"])
+    with pytest.raises(ValidationError, match=r"policyLedger\.recentRollbacks\.0\.onsetStep"):
+        StableTrainingJobStatus.model_validate({"policyLedger": data})
+
+
+def test_the_untyped_map_of_an_earlier_version_still_loads() -> None:
+    earlier = {
+        "rollbacks_used": 9,
+        "restarts_used": 9,
+        "last_action_at": "2026-03-01T08:30:00Z",
+        "recent_rollbacks": [
+            {
+                "onset_step": 3007,
+                "lr_scale": 0.5,
+                "skip": [{"first": 2957, "last": 3257}],
+                "escalation_level": 0,
+                "anomaly_class": None,
+            }
+        ],
+        "live_actions": [
+            {
+                "rule": "report-only",
+                "signal": "GradNormSpike",
+                "onset_step": 9,
+                "at": AT.isoformat(),
+            }
+        ],
+        "last_manual_request_id": "r-0",
+    }
+    status = StableTrainingJobStatus.model_validate(
+        {
+            "counters": {"rollbacks": 2, "restarts": 1},
+            "lastManualRequestId": "r-7",
+            "policyLedger": earlier,
+        }
+    )
+    assert PolicyLedger.from_job_status(status) == full_ledger(), "budgets from the counters"
+
+
+def test_an_empty_or_missing_ledger_is_rebuilt_from_history() -> None:
+    """The API server prunes an earlier version's untyped map to {} under the typed CRD."""
+    rollback = RollbackRecord(
+        time=AT, action=Action.ROLLBACK, signal="LossSpike", onset_step=700, from_step=710,
+        to_step=600, lr_scale=0.5, attempt=1,
+    )  # fmt: skip
+    pruned_or_missing: tuple[dict[str, object] | None, ...] = ({}, None)
+    for ledger in pruned_or_missing:
+        status = StableTrainingJobStatus.model_validate(
+            {
+                "counters": {"rollbacks": 1},
+                "rollbackHistory": [rollback.model_dump(mode="json", by_alias=True)],
+                "policyLedger": ledger,
+            }
+        )
+        rebuilt = PolicyLedger.from_job_status(status)
+        assert rebuilt.rollbacks_used == 1
+        assert rebuilt.last_action_at == AT
+        assert [m.onset_step for m in rebuilt.recent_rollbacks] == [700]
 
 
 def test_rebuilt_from_status_counters_and_history() -> None:
@@ -91,7 +174,9 @@ def test_memories_are_bounded_oldest_first_out() -> None:
     assert ledger.recent_rollbacks[0].onset_step == 3
     assert ledger.rollbacks_used == RECENT_ROLLBACKS_MAX + 3
     for onset in range(RAISED_ALERTS_MAX + 1):
-        ledger = ledger.with_live_action(AlertEpisode("r", "GradNormSpike", onset, AT))
+        ledger = ledger.with_live_action(
+            AlertEpisode(rule="r", signal="GradNormSpike", onset_step=onset, at=AT)
+        )
     assert len(ledger.live_actions) == RAISED_ALERTS_MAX
     assert not ledger.episode_handled("r", "GradNormSpike", 0)
     assert ledger.episode_handled("r", "GradNormSpike", RAISED_ALERTS_MAX)
