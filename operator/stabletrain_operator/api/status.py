@@ -8,8 +8,18 @@ long skip lists spill into a ConfigMap whose name is recorded.
 
 from __future__ import annotations
 
-from pydantic import AwareDatetime, Field
+import logging
+from typing import Any
 
+from pydantic import (
+    AwareDatetime,
+    Field,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    field_validator,
+)
+
+from stabletrain_agent.contract.base import error_lines
 from stabletrain_agent.contract.directives import SkipRange
 from stabletrain_agent.contract.inventory import CheckpointRecord
 from stabletrain_agent.contract.names import Action, AnomalyClass
@@ -17,6 +27,8 @@ from stabletrain_agent.contract.trip import TripReport
 from stabletrain_operator.api.base import ApiModel
 from stabletrain_operator.api.constants import Phase
 from stabletrain_operator.api.policy_memory import PolicyMemory
+
+_log = logging.getLogger(__name__)
 
 HISTORY_MAX = 20
 """Decisions kept in status.rollbackHistory; older ones live in Events and metrics."""
@@ -275,3 +287,19 @@ class StableTrainingJobStatus(ApiModel):
     each decision so an operator restart forgets no cooldown or alert episode; the budgets
     used are counters.rollbacks and counters.restarts. Null, or empty, on a job created
     before it was kept: the operator rebuilds it from counters and rollbackHistory."""
+
+    @field_validator("policy_ledger", mode="wrap")
+    @classmethod
+    def _unreadable_ledger_is_rebuilt(
+        cls, value: Any, handler: ValidatorFunctionWrapHandler
+    ) -> PolicyMemory | None:
+        """A ledger this operator cannot read (edited by hand under an older CRD that did not
+        check it) must not stop the job being reconciled: it is dropped with a warning naming
+        the problem and rebuilt from counters and rollbackHistory, as a missing one is."""
+        try:
+            memory: PolicyMemory | None = handler(value)
+        except ValidationError as error:
+            problems = "; ".join(error_lines(error, under="status.policyLedger"))
+            _log.warning("invalid policy ledger, rebuilt from history: %s", problems)
+            return None
+        return memory
