@@ -15,7 +15,7 @@ from support.timeline import Recorder
 from support.tinygpt import StepLogs, job_manifest
 
 ROLLBACK_PHASES = ("Stopping", "Planning", "Relaunching")
-"""Killed in whichever of these the first status read shows (Stopping, usually)."""
+"""Killed in whichever of these the watch shows first (Stopping, usually)."""
 
 
 def test_operator_killed_during_the_rollback_completes_it_exactly_once(
@@ -27,8 +27,7 @@ def test_operator_killed_during_the_rollback_completes_it_exactly_once(
 ) -> None:
     with Recorder(api_client, job_namespace, "crash") as recorder:
         jobs.create(job_manifest("crash", {"TINYGPT_STEPS": "200"}))
-        stopping = jobs.wait("crash", lambda s: s.get("phase") in ROLLBACK_PHASES, 300,
-                             "the rollback to begin")  # fmt: skip
+        stopping = recorder.wait_phase(ROLLBACK_PHASES, 300, "the rollback to begin")
         assert operator.process is not None
         os.kill(operator.process.pid, signal.SIGKILL)
         assert operator.wait_dead(10)

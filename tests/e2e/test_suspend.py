@@ -39,9 +39,14 @@ def test_suspend_saves_a_final_checkpoint_and_resume_restores_it(
     done = jobs.wait("pause", lambda s: s.get("phase") in ("Succeeded", "Failed"), 300,
                      "the resumed run to finish")  # fmt: skip
     assert done["phase"] == "Succeeded", done.get("conditions")
-    for rank in (0, 1):
-        (start,) = [e for e in logs.events(1, rank) if e["event"] == "start"]
-        assert start["restored_step"] == saved, start
-    assert logs.steps(1)[0]["step"] == saved + 1
+    # The pods train on between the final save and their stop; an interval save they reach
+    # in that gap is newer and is the one restored (seen once under load: saved 67, at 75).
+    starts = [[e for e in logs.events(1, rank) if e["event"] == "start"] for rank in (0, 1)]
+    assert [len(s) for s in starts] == [1, 1], starts
+    (restored_step,) = {s[0]["restored_step"] for s in starts}
+    assert restored_step == saved or (saved < restored_step and restored_step % EVERY == 0)
+    assert restored_step <= max(r["step"] for r in logs.steps(0))
+    assert logs.steps(1)[0]["step"] == restored_step + 1
     assert done["counters"]["rollbacks"] == done["counters"]["restarts"] == 0
-    print(f"\nsuspended after step {SUSPEND_AFTER}: final checkpoint of step {saved}, restored")
+    print(f"\nsuspended after step {SUSPEND_AFTER}: final checkpoint of step {saved}, "
+          f"restored {restored_step}")  # fmt: skip

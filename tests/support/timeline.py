@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -119,6 +119,20 @@ class Recorder:
             if not changes or changes[-1][1] != phase:
                 changes.append((seen.at, phase, status))
         return changes
+
+    def wait_phase(self, phases: Iterable[str], timeout: float, what: str) -> Json:
+        """The job's status when the watch first showed it in one of `phases`. A phase a
+        status poll can miss (a rollback's Stopping to Relaunching lasts about a second) is
+        still seen here, since every status write arrives as its own watch event."""
+        wanted = set(phases)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for _, phase, status in self.phases():
+                if phase in wanted:
+                    return status
+            time.sleep(0.05)
+        seen = [phase for _, phase, _ in self.phases()]
+        raise AssertionError(f"timed out after {timeout} s waiting for {what}; phases: {seen}")
 
     def pods_running(self, attempt: int, count: int) -> float | None:
         """When `count` pods of `attempt` had first been seen Running."""

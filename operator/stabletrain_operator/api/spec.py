@@ -493,7 +493,8 @@ class StableTrainingJobSpec(ApiModel):
     suspend: bool = False
     """True asks every pod for a final checkpoint (saved on the local tier and flushed to
     the PFS), then stops all pods once each saved it or after 120 s, without counting a
-    fault; false again relaunches from the newest stable checkpoint (the final one)."""
+    fault; false again relaunches from the newest stable checkpoint: the final one, or an
+    interval save the pods reached between it and their stop."""
     manual_rollback: ManualRollbackSpec | None = None
     preflight: PreflightSpec = Field(default_factory=PreflightSpec)
 
