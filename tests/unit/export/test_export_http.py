@@ -1,4 +1,4 @@
-"""The agent's HTTP server on 127.0.0.1, driven through the operator's own client functions."""
+"""The agent's HTTP server on 127.0.0.1, driven through a plain blocking client."""
 
 from __future__ import annotations
 
@@ -29,15 +29,15 @@ from stabletrain_agent.contract.inventory import CheckpointRecord, NodeCopy, Tie
 from stabletrain_agent.contract.names import AnomalyClass, Signal
 from stabletrain_agent.contract.trip import TripReport
 from stabletrain_agent.directives import DirectiveSource
-from stabletrain_agent.export import (
-    AgentExporter,
+from stabletrain_agent.export import AgentExporter
+from stabletrain_agent.signals.monitor import SignalMonitor, StepObservation
+from support.agent_client import (
     AgentUnreachableError,
     fetch_metrics,
     fetch_status,
     put_directives,
     sample_value,
 )
-from stabletrain_agent.signals.monitor import SignalMonitor, StepObservation
 
 ATTEMPT = 1
 TOKEN = new_token()
