@@ -108,11 +108,19 @@ class _Connection(WSGIRequestHandler):
     protocol_version = f"HTTP/{HTTP_VERSION}"
     wbufsize = -1
     """Buffered, so that a response leaves in one send: wsgiref writes the status line, each
-    default header and the body separately, and flushes after the body."""
+    default header and the body separately, and flushes after the body. (http.server's two
+    sends, headers then body, met the client's delayed ACK: 44 ms a request over a kept
+    connection, against 0.1-0.3 ms now.)"""
 
     def handle(self) -> None:
         # wsgiref's handle() answers a single request; http.server's loops until closed.
         BaseHTTPRequestHandler.handle(self)
+
+    def handle_expect_100(self) -> bool:
+        """The interim 100 Continue goes out now: the client waits for it to send the body."""
+        answered = super().handle_expect_100()
+        self.wfile.flush()
+        return answered
 
     def _run_application(self) -> None:
         environ = self.get_environ()
