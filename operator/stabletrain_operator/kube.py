@@ -13,6 +13,7 @@ import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
+from http import HTTPStatus
 from typing import Any, TypeVar
 
 from kubernetes import client, config
@@ -22,10 +23,6 @@ from stabletrain_operator.api.constants import API_VERSION, GROUP, KIND, PLURAL,
 
 Json = dict[str, Any]
 T = TypeVar("T")
-HTTP_UNAUTHORIZED = 401
-HTTP_FORBIDDEN = 403
-HTTP_NOT_FOUND = 404
-HTTP_CONFLICT = 409
 MERGE_PATCH = "application/merge-patch+json"
 
 _log = logging.getLogger(__name__)
@@ -88,7 +85,7 @@ class Kube:
         try:
             creator(namespace, obj)
         except ApiException as error:
-            if error.status == HTTP_CONFLICT:
+            if error.status == HTTPStatus.CONFLICT:
                 return False
             raise
         return True
@@ -104,7 +101,7 @@ class Kube:
         try:
             self.core.delete_namespaced_pod(name, namespace, body=body)
         except ApiException as error:
-            if error.status != HTTP_NOT_FOUND:
+            if error.status != HTTPStatus.NOT_FOUND:
                 raise
 
     def list_pods(self, namespace: str, selector: str) -> list[Json]:
@@ -118,7 +115,7 @@ class Kube:
         try:
             listed = self.core.list_node()
         except ApiException as error:
-            if error.status in (HTTP_FORBIDDEN, HTTP_UNAUTHORIZED):
+            if error.status in (HTTPStatus.FORBIDDEN, HTTPStatus.UNAUTHORIZED):
                 return None
             raise
         names = []
@@ -136,7 +133,7 @@ class Kube:
         try:
             node = self.core.read_node(name)
         except ApiException as error:
-            if error.status == HTTP_NOT_FOUND:
+            if error.status == HTTPStatus.NOT_FOUND:
                 return None
             raise
         taints: list[Json] = self.core.api_client.sanitize_for_serialization(node.spec.taints or [])
@@ -151,7 +148,7 @@ class Kube:
                 GROUP, VERSION, namespace, PLURAL, name
             )
         except ApiException as error:
-            if error.status == HTTP_NOT_FOUND:
+            if error.status == HTTPStatus.NOT_FOUND:
                 return None
             raise
         return job
@@ -164,7 +161,7 @@ class Kube:
                 GROUP, VERSION, namespace, PLURAL, name, body, _content_type=MERGE_PATCH
             )
         except ApiException as error:
-            if error.status == HTTP_CONFLICT:
+            if error.status == HTTPStatus.CONFLICT:
                 raise StaleStatusError(f"{namespace}/{name} changed since it was read") from None
             raise
         return written
@@ -173,7 +170,7 @@ class Kube:
         try:
             found = self.core.read_namespaced_config_map(name, namespace)
         except ApiException as error:
-            if error.status == HTTP_NOT_FOUND:
+            if error.status == HTTPStatus.NOT_FOUND:
                 return None
             raise
         return dict(found.data or {})
@@ -182,7 +179,7 @@ class Kube:
         try:
             found = self.core.read_namespaced_secret(name, namespace)
         except ApiException as error:
-            if error.status == HTTP_NOT_FOUND:
+            if error.status == HTTPStatus.NOT_FOUND:
                 return None
             raise
         raw = (found.data or {}).get(key)

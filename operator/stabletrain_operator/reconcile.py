@@ -15,22 +15,23 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from http import HTTPStatus
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
 from stabletrain_agent.contract.base import ContractError
-from stabletrain_agent.contract.channel import HTTP_OK, new_token
+from stabletrain_agent.contract.channel import new_token
 from stabletrain_agent.contract.directives import Directives, SkipRange, parse_directives
 from stabletrain_agent.contract.env import DIRECTIVES_FILE_KEY, TOKEN_SECRET_KEY
-from stabletrain_agent.export import AgentUnreachableError, put_directives
 from stabletrain_operator import metrics, naming, pods
 from stabletrain_operator.api.constants import Phase
 from stabletrain_operator.api.spec import StableTrainingJobSpec
 from stabletrain_operator.api.status import StableTrainingJobStatus, SuspectNode
+from stabletrain_operator.directive_put import AgentUnreachableError, put_directives
 from stabletrain_operator.finite import non_finite_replaced
 from stabletrain_operator.jobview import JobView, Source, identity, parse, source, write_needed
-from stabletrain_operator.kube import HTTP_CONFLICT, Kube, StaleStatusError, each
+from stabletrain_operator.kube import Kube, StaleStatusError, each
 from stabletrain_operator.machine import Launch, Step, World, advance
 from stabletrain_operator.observe.pacing import FAST_INTERVAL_SECONDS, ScrapePacer
 from stabletrain_operator.observe.pods import PodFacts, PodState
@@ -316,9 +317,12 @@ def launch(kube: Kube, job: pods.JobRef, spec: StableTrainingJobSpec, plan: Laun
     each(kube.create, attempt_pods)
 
 
-def _put_live(token: str | None, step: Step, facts: list[PodFacts]) -> None:
+async def _put_live(
+    scraper: Scraper | None, token: str | None, step: Step, facts: list[PodFacts]
+) -> None:
     if step.live is None or not token:
         return
+    session = None if scraper is None else scraper.session
     by_name = {p.name: p for p in facts}
     for name in step.live_pods:
         pod = by_name.get(name)
@@ -326,13 +330,13 @@ def _put_live(token: str | None, step: Step, facts: list[PodFacts]) -> None:
             continue
         try:
             url = pods.agent_url(pod.ip, pod.agent_port)
-            result = put_directives(url, step.live, token, PUT_TIMEOUT_SECONDS)
+            result = await put_directives(session, url, step.live, token, PUT_TIMEOUT_SECONDS)
         except (AgentUnreachableError, ContractError) as error:
             _log.warning(
                 "live directives to %s not delivered (retried next scrape): %s", name, error
             )
             continue
-        if result.status != HTTP_OK:
+        if result.status != HTTPStatus.OK:
             _log.warning("live directives to %s refused (HTTP %d): %s", name, result.status,
                          result.ack.message)  # fmt: skip
 
@@ -403,7 +407,7 @@ def _patch_node(kube: Kube, node: SuspectNode, action: NodeAction, job: str) -> 
             kube.patch_node(node.node, node_patch(node, taints, action, job, version))
             return True
         except ApiException as error:
-            if error.status != HTTP_CONFLICT or attempt == NODE_PATCH_ATTEMPTS:
+            if error.status != HTTPStatus.CONFLICT or attempt == NODE_PATCH_ATTEMPTS:
                 raise
     raise AssertionError("unreachable: the last attempt returns or raises")
 
@@ -483,8 +487,9 @@ async def tick(
 ) -> bool:
     """One reconcile; False once the job is gone (the daemon may end). `live` is kopf's live
     body of the job; progress numbers are written at most every `progress_seconds`; the
-    agents are scraped through the operator's shared `scraper` (a session per round
-    without one) as often as its `pacer` allows (every second without one)."""
+    agents are scraped, and sent live directives, through the operator's shared `scraper`
+    (a session per round without one) as often as its `pacer` allows (every second
+    without one)."""
     view = await _view(kube, key, live, memory)
     if isinstance(view, bool):
         if not view:
@@ -556,7 +561,7 @@ async def tick(
             step.delete_pods,
         )
     if step.live is not None:
-        await asyncio.to_thread(_put_live, memory.token, step, facts)
+        await _put_live(scraper, memory.token, step, facts)
     for event in step.events:
         await asyncio.to_thread(kube.event, job, event.type, event.reason, event.message)
     if remediation is not None and step.status.suspect_nodes != status.suspect_nodes:

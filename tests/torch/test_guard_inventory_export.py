@@ -18,8 +18,9 @@ from stabletrain_agent.contract.channel import AgentStatus
 from stabletrain_agent.contract.directives import Directives
 from stabletrain_agent.contract.inventory import CheckpointRecord
 from stabletrain_agent.directives import DirectiveSource
-from stabletrain_agent.export import AgentExporter, AgentUnreachableError, fetch_status
+from stabletrain_agent.export import AgentExporter
 from stabletrain_agent.guard import HAND_OVER_SECONDS, Guard, GuardEnv
+from support.agent_client import AgentUnreachableError, fetch_status
 
 
 class CountingManager(CheckpointManager):

@@ -23,7 +23,7 @@ from stabletrain_agent.contract.directives import Directives, SkipRange, SkipUni
 from stabletrain_agent.contract.inventory import CopyFlags
 from stabletrain_agent.contract.names import Signal
 from stabletrain_agent.contract.trip import parse_termination_message
-from stabletrain_agent.export import AgentUnreachableError, fetch_status, put_directives
+from support.agent_client import AgentUnreachableError, fetch_status, put_directives
 from support.processes import ManagedProcess, free_port
 
 REPO = Path(__file__).resolve().parents[2]

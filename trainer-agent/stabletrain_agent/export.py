@@ -1,9 +1,9 @@
-"""The agent's one HTTP server: /metrics, the JSON status, and the live-directive PUT.
+"""What the agent's one HTTP server shows and takes: metrics, status, live directives.
 
 Local rank 0 of each pod serves it on the port the pod's env names, with the cross-rank
-values the guard already holds, so exporting costs the training loop no extra sync. The
-same module carries the small client the operator uses to scrape and to PUT, so both ends
-of the channel are written (and tested) against each other.
+values the guard already holds, so exporting costs the training loop no extra sync. Which
+path answers what is `stabletrain_agent.routes`; the server itself,
+`stabletrain_agent.http_server`.
 
 Metric names follow Prometheus conventions: a ``stabletrain_`` prefix, base units, ratios
 0-1, ``_total`` counters, and labels only with small fixed value sets (signal, anomaly
@@ -13,69 +13,43 @@ several exporters (tests, replay) can live in one process without colliding.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import json
 import logging
 import math
 import os
 import socket
-import socketserver
 import threading
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, NamedTuple
+from http import HTTPStatus
+from typing import NamedTuple
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
-from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.metrics_core import Metric
-from prometheus_client.parser import text_string_to_metric_families
 
 from stabletrain_agent.contract import env
 from stabletrain_agent.contract.base import ContractError
 from stabletrain_agent.contract.channel import (
-    AUTHORIZATION_HEADER,
-    DIRECTIVES_HTTP_PATH,
-    HTTP_BAD_REQUEST,
-    HTTP_OK,
-    HTTP_TOO_LARGE,
-    HTTP_UNAUTHORIZED,
-    MAX_DIRECTIVES_BYTES,
-    METRICS_HTTP_PATH,
     OUTCOME_STATUS,
     PFS_MESSAGE_MAX,
-    STATUS_HTTP_PATH,
     AgentStatus,
     DirectiveAck,
     LiveOutcome,
-    bearer,
-    parse_agent_status,
-    parse_directive_ack,
     token_matches,
 )
-from stabletrain_agent.contract.directives import Directives, parse_directives
+from stabletrain_agent.contract.directives import parse_directives
 from stabletrain_agent.contract.inventory import CheckpointRecord
 from stabletrain_agent.contract.names import AnomalyClass, Signal
 from stabletrain_agent.contract.preflight import PreflightFacts
 from stabletrain_agent.contract.trip import TripReport
 from stabletrain_agent.directives import DirectiveSource
 from stabletrain_agent.heartbeat import HeartbeatClock
+from stabletrain_agent.http_server import KeepAliveWSGIServer
+from stabletrain_agent.routes import agent_app
 from stabletrain_agent.signals.monitor import Finding, MonitorSnapshot
 
 _log = logging.getLogger(__name__)
 
-HTTP_NOT_FOUND = 404
-HTTP_METHOD_NOT_ALLOWED = 405
-HTTP_LENGTH_REQUIRED = 411
-HTTP_INTERNAL_ERROR = 500
-REQUEST_TIMEOUT_SECONDS = 10.0
-"""A client that stalls mid-request loses its connection instead of holding a thread."""
-_GET_PATHS = f"{METRICS_HTTP_PATH} or {STATUS_HTTP_PATH}"
-SHUTDOWN_POLL_SECONDS = 0.05
-"""How often the serving thread checks for stop(): a stop returns within about this long."""
 
 
 class _Metrics:
@@ -239,8 +213,7 @@ class AgentExporter:
         self._custom_latest: dict[str, float] = {}
         """The newest published value of each custom signal (steps report them sparsely)."""
         self._non_finite_seen = 0
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
+        self._server: KeepAliveWSGIServer | None = None
         self.before_status: Callable[[], None] | None = None
         """Run before each status is served (the guard re-scans an inventory in flight)."""
         self._sent = threading.Condition()
@@ -443,12 +416,13 @@ class AgentExporter:
         """Constant-time check of a request's Authorization header against the job's token."""
         return token_matches(authorization, self._token)
 
-    def receive_directives(self, body: bytes) -> tuple[int, DirectiveAck]:
+    def receive_directives(self, body: bytes) -> tuple[HTTPStatus, DirectiveAck]:
         """Judge the body of an authorized PUT: the HTTP status and the acknowledgement."""
         try:
             incoming = parse_directives(body)
         except ContractError as error:
-            return self.refuse(HTTP_BAD_REQUEST, "BadRequest", f"expected Directives JSON; {error}")
+            message = f"expected Directives JSON; {error}"
+            return self.refuse(HTTPStatus.BAD_REQUEST, "BadRequest", message)
         result = self._source.offer(incoming)
         self._metrics.directive_requests.labels(result.outcome.value).inc()
         log = _log.info if result.outcome is LiveOutcome.APPLIED else _log.warning
@@ -459,7 +433,9 @@ class AgentExporter:
             message=result.message,
         )
 
-    def refuse(self, status: int, outcome: str, message: str) -> tuple[int, DirectiveAck]:
+    def refuse(
+        self, status: HTTPStatus, outcome: str, message: str
+    ) -> tuple[HTTPStatus, DirectiveAck]:
         """A request refused before it was judged, counted and logged with the reason."""
         self._metrics.directive_requests.labels(outcome).inc()
         _log.warning("live directive refused (%d): %s", status, message)
@@ -477,26 +453,15 @@ class AgentExporter:
                 "%s is empty: every live directive will be refused with 401",
                 env.DIRECTIVES_TOKEN,
             )
-        server = _Server(self._address, _Handler, self)
-        thread = threading.Thread(
-            target=server.serve_forever,
-            kwargs={"poll_interval": SHUTDOWN_POLL_SECONDS},
-            name="stabletrain-exporter",
-            daemon=True,
-        )
-        thread.start()
-        self._server, self._thread = server, thread
+        server = KeepAliveWSGIServer(self._address, agent_app(self))
+        server.serve_in_background("stabletrain-exporter")
+        self._server = server
 
     def stop(self) -> None:
         """Stop serving and release the port; safe to call twice or before start."""
-        server, thread = self._server, self._thread
-        self._server = self._thread = None
+        server, self._server = self._server, None
         if server is not None:
-            server.shutdown()
-            server.end_open_connections()
-            server.server_close()
-        if thread is not None:
-            thread.join()
+            server.stop()
 
     @property
     def port(self) -> int:
@@ -533,288 +498,5 @@ class _RenderedAtCollect:
         return self._series.collect()
 
 
-class _Server(ThreadingHTTPServer):
-    """Keeps each connection for the next scrape (HTTP/1.1), and ends the kept ones when it
-    stops: an agent that stopped serving must not go on answering over them."""
-
-    daemon_threads = True
-    block_on_close = True
-
-    def __init__(
-        self, address: tuple[str, int], handler: type[_Handler], exporter: AgentExporter
-    ) -> None:
-        self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
-        self.exporter = exporter
-        self._open: set[socket.socket] = set()
-        self._open_lock = threading.Lock()
-        super().__init__(address, handler)
-
-    def get_request(self) -> tuple[socket.socket, Any]:
-        connection, address = super().get_request()
-        with self._open_lock:
-            self._open.add(connection)
-        return connection, address
-
-    def shutdown_request(self, request: Any) -> None:
-        with self._open_lock:
-            self._open.discard(request)
-        super().shutdown_request(request)
-
-    def end_open_connections(self) -> None:
-        with self._open_lock:
-            connections, self._open = self._open, set()
-        for connection in connections:
-            with contextlib.suppress(OSError):  # the client may have gone already
-                connection.shutdown(socket.SHUT_RDWR)
-
-    def server_bind(self) -> None:
-        # HTTPServer.server_bind resolves the host's FQDN, which can stall on DNS; the name
-        # is never used here.
-        socketserver.TCPServer.server_bind(self)
-        host, port = self.server_address[:2]
-        self.server_name = str(host)
-        self.server_port = int(port)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        _log.exception("agent HTTP server: error while serving %s", client_address)
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: _Server
-    timeout = REQUEST_TIMEOUT_SECONDS
-    protocol_version = "HTTP/1.1"
-
-    def do_GET(self) -> None:
-        self._guarded(self._get)
-
-    def do_PUT(self) -> None:
-        self._guarded(self._put)
-
-    def do_POST(self) -> None:
-        self._not_allowed()
-
-    def do_DELETE(self) -> None:
-        self._not_allowed()
-
-    def do_PATCH(self) -> None:
-        self._not_allowed()
-
-    def _guarded(self, serve: Callable[[], None]) -> None:
-        """No request, however malformed, may take the server (or training) down."""
-        try:
-            serve()
-        except Exception:
-            _log.exception("agent HTTP server: %s %s failed", self.command, self.path)
-            self.close_connection = True
-            self._send_json(HTTP_INTERNAL_ERROR, {"error": "internal error; see the agent log"})
-
-    def _get(self) -> None:
-        exporter = self.server.exporter
-        path = self.path.split("?", 1)[0]
-        if path == METRICS_HTTP_PATH:
-            self._send(HTTP_OK, CONTENT_TYPE_LATEST, generate_latest(exporter.registry))
-        elif path == STATUS_HTTP_PATH:
-            exporter.refresh_status()
-            serial = exporter.inventory_serial  # read first: the status shows this or newer
-            body = exporter.status().model_dump_json().encode()
-            self._send(HTTP_OK, "application/json", body)
-            exporter.inventory_sent(serial)
-        else:
-            self._send_json(
-                HTTP_NOT_FOUND,
-                {"error": f"no such path {path!r}; expected {_GET_PATHS}"},
-            )
-
-    def _put(self) -> None:
-        exporter = self.server.exporter
-        path = self.path.split("?", 1)[0]
-        if path != DIRECTIVES_HTTP_PATH:
-            self.close_connection = True
-            self._send_json(
-                HTTP_NOT_FOUND, {"error": f"no such path {path!r}; expected {DIRECTIVES_HTTP_PATH}"}
-            )
-            return
-        if not exporter.authorized(self.headers.get(AUTHORIZATION_HEADER)):
-            self.close_connection = True  # the body is never read
-            self._send_ack(
-                *exporter.refuse(
-                    HTTP_UNAUTHORIZED,
-                    "Unauthorized",
-                    "expected header 'Authorization: Bearer <token>' with the job's token",
-                )
-            )
-            return
-        body = self._read_body()
-        if body is not None:
-            self._send_ack(*exporter.receive_directives(body))
-
-    def _read_body(self) -> bytes | None:
-        """The request body, or None after answering why it cannot be read."""
-        exporter = self.server.exporter
-        raw = self.headers.get("Content-Length")
-        if raw is None or "chunked" in self.headers.get("Transfer-Encoding", ""):
-            self.close_connection = True
-            self._send_ack(
-                *exporter.refuse(
-                    HTTP_LENGTH_REQUIRED, "LengthRequired", "expected a Content-Length header"
-                )
-            )
-            return None
-        if not raw.strip().isdigit():
-            self.close_connection = True
-            self._send_ack(
-                *exporter.refuse(
-                    HTTP_BAD_REQUEST,
-                    "BadRequest",
-                    f"Content-Length must be a byte count, got {raw!r}",
-                )
-            )
-            return None
-        length = int(raw)
-        if length > MAX_DIRECTIVES_BYTES:
-            self.close_connection = True
-            self._send_ack(
-                *exporter.refuse(
-                    HTTP_TOO_LARGE,
-                    "TooLarge",
-                    f"body of {length} bytes exceeds the {MAX_DIRECTIVES_BYTES}-byte limit",
-                )
-            )
-            return None
-        body = self.rfile.read(length)
-        if len(body) != length:
-            self.close_connection = True
-            self._send_ack(
-                *exporter.refuse(
-                    HTTP_BAD_REQUEST,
-                    "BadRequest",
-                    f"body ended after {len(body)} of {length} announced bytes",
-                )
-            )
-            return None
-        return body
-
-    def _not_allowed(self) -> None:
-        self.close_connection = True
-        self._send_json(
-            HTTP_METHOD_NOT_ALLOWED,
-            {"error": f"method {self.command} not allowed; expected GET or PUT"},
-            extra_headers={"Allow": "GET, PUT"},
-        )
-
-    def _send_ack(self, status: int, ack: DirectiveAck) -> None:
-        headers = {"WWW-Authenticate": "Bearer"} if status == HTTP_UNAUTHORIZED else {}
-        self._send(status, "application/json", ack.model_dump_json().encode(), headers)
-
-    def _send_json(
-        self,
-        status: int,
-        payload: Mapping[str, str],
-        extra_headers: Mapping[str, str] | None = None,
-    ) -> None:
-        self._send(status, "application/json", json.dumps(payload).encode(), extra_headers)
-
-    def _send(
-        self,
-        status: int,
-        content_type: str,
-        body: bytes,
-        extra_headers: Mapping[str, str] | None = None,
-    ) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        for name, value in (extra_headers or {}).items():
-            self.send_header(name, value)
-        if self.close_connection:
-            self.send_header("Connection", "close")
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        _log.debug("agent HTTP: " + format, *args)
-
-
 def _set(gauge: Gauge, value: float | None) -> None:
     gauge.set(math.nan if value is None else value)
-
-
-# --- the operator's side of the channel ------------------------------------------------
-
-
-class AgentUnreachableError(ConnectionError):
-    """The agent did not answer (pod gone, port closed, timeout); worth a retry."""
-
-
-@dataclasses.dataclass(frozen=True)
-class PutResult:
-    status: int
-    ack: DirectiveAck
-
-
-def fetch_status(base_url: str, timeout: float = 5.0) -> AgentStatus:
-    """GET the agent's status; ContractError names each bad field of a malformed answer."""
-    status, body = _request("GET", base_url + STATUS_HTTP_PATH, timeout=timeout)
-    if status != HTTP_OK:
-        raise ContractError(f"status endpoint answered HTTP {status}: {body[:200]!r}")
-    return parse_agent_status(body)
-
-
-def fetch_metrics(base_url: str, timeout: float = 5.0) -> dict[str, Metric]:
-    """Scrape /metrics and parse it back into metric families keyed by name."""
-    status, body = _request("GET", base_url + METRICS_HTTP_PATH, timeout=timeout)
-    if status != HTTP_OK:
-        raise ContractError(f"metrics endpoint answered HTTP {status}: {body[:200]!r}")
-    try:
-        families = text_string_to_metric_families(body.decode())
-        return {family.name: family for family in families}
-    except (ValueError, UnicodeDecodeError) as error:
-        raise ContractError(f"metrics payload is not Prometheus text format: {error}") from None
-
-
-def sample_value(families: Mapping[str, Metric], metric: str, **labels: str) -> float | None:
-    """The value of one series from ``fetch_metrics``; None when the agent does not export it.
-
-    Counters are looked up by family name (``stabletrain_trips``) and found under their
-    ``_total`` sample name, so callers never spell the suffix.
-    """
-    family = families.get(metric)
-    if family is None:
-        return None
-    for sample in family.samples:
-        if sample.name in (metric, metric + "_total") and sample.labels == labels:
-            return float(sample.value)
-    return None
-
-
-def put_directives(
-    base_url: str, directives: Directives, token: str, timeout: float = 5.0
-) -> PutResult:
-    """PUT live directives; retry blindly until ``ack.applied_generation`` is the one sent."""
-    status, body = _request(
-        "PUT",
-        base_url + DIRECTIVES_HTTP_PATH,
-        timeout=timeout,
-        body=directives.to_json().encode(),
-        headers={AUTHORIZATION_HEADER: bearer(token), "Content-Type": "application/json"},
-    )
-    return PutResult(status=status, ack=parse_directive_ack(body))
-
-
-def _request(
-    method: str,
-    url: str,
-    *,
-    timeout: float,
-    body: bytes | None = None,
-    headers: Mapping[str, str] | None = None,
-) -> tuple[int, bytes]:
-    request = urllib.request.Request(url, data=body, method=method, headers=dict(headers or {}))
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return int(response.status), bytes(response.read())
-    except urllib.error.HTTPError as error:
-        with error:
-            return int(error.code), bytes(error.read())
-    except (urllib.error.URLError, OSError) as error:
-        raise AgentUnreachableError(f"agent at {url} did not answer: {error}") from None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
+from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
@@ -170,21 +171,21 @@ class Cluster:
 
     def _explain(self, what: str, error: ApiException, name: str | None) -> str:
         message, details = _status_message(error)
-        if error.status == 404:
+        if error.status == HTTPStatus.NOT_FOUND:
             if name is not None and details.get("name") == name:
                 return f"{KIND} {name!r} not found in namespace {self.namespace}"
             return (
                 f"the {KIND} API ({PLURAL}.{GROUP}/{VERSION}) is not installed on "
                 f"{self.server}; apply crds/stabletrainingjobs.yaml first"
             )
-        if error.status == 403:
+        if error.status == HTTPStatus.FORBIDDEN:
             return (
                 f"permission denied: cannot {what}: {message}. Ask for a Role that grants "
                 f"this verb on {PLURAL}.{GROUP}"
             )
-        if error.status == 409:
+        if error.status == HTTPStatus.CONFLICT:
             return f"cannot {what}: the job changed while this command ran; run it again"
-        if error.status == 401:
+        if error.status == HTTPStatus.UNAUTHORIZED:
             return f"the API server at {self.server} rejected the credentials: {message}"
         return f"cannot {what}: {error.status} {error.reason}: {message}"
 

@@ -13,6 +13,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from http import HTTPStatus
 
 import aiohttp
 
@@ -71,7 +72,7 @@ async def scrape_one(
     try:
         async with asyncio.timeout(timeout):
             async with session.get(url) as response:
-                if response.status != 200:
+                if response.status != HTTPStatus.OK:
                     return _failed(target, ScrapeError.HTTP_STATUS, f"HTTP {response.status}")
                 body = await _read_capped(response)
     except TimeoutError:
@@ -100,7 +101,7 @@ MAX_CONCURRENT_SCRAPES = 256
 slots instead of opening 256 more sockets next to every other job's."""
 KEEPALIVE_SECONDS = 8.0
 """How long an idle connection to an agent is kept for its next scrape. Below the agent's
-own idle limit (stabletrain_agent.export.REQUEST_TIMEOUT_SECONDS, 10 s), so the operator
+own idle limit (stabletrain_agent.http_server.REQUEST_TIMEOUT_SECONDS, 10 s), so the operator
 never sends on a connection the agent is closing. A new connection per scrape was half of
 the operator's scrape CPU at 100 jobs (bench/operator_scale.py, profiled)."""
 
@@ -128,6 +129,11 @@ class Scraper:
     async def _scrape(self, target: ScrapeTarget, timeout: float) -> ScrapeResult:
         async with self._slots:
             return await scrape_one(self._session, target, timeout)
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        """The session, for the live-directive PUTs (stabletrain_operator.directive_put)."""
+        return self._session
 
     async def close(self) -> None:
         await self._session.close()

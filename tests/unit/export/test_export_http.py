@@ -1,4 +1,4 @@
-"""The agent's HTTP server on 127.0.0.1, driven through the operator's own client functions."""
+"""The agent's HTTP server on 127.0.0.1, driven through a plain blocking client."""
 
 from __future__ import annotations
 
@@ -29,15 +29,15 @@ from stabletrain_agent.contract.inventory import CheckpointRecord, NodeCopy, Tie
 from stabletrain_agent.contract.names import AnomalyClass, Signal
 from stabletrain_agent.contract.trip import TripReport
 from stabletrain_agent.directives import DirectiveSource
-from stabletrain_agent.export import (
-    AgentExporter,
+from stabletrain_agent.export import AgentExporter
+from stabletrain_agent.signals.monitor import SignalMonitor, StepObservation
+from support.agent_client import (
     AgentUnreachableError,
     fetch_metrics,
     fetch_status,
     put_directives,
     sample_value,
 )
-from stabletrain_agent.signals.monitor import SignalMonitor, StepObservation
 
 ATTEMPT = 1
 TOKEN = new_token()
@@ -141,6 +141,39 @@ def test_a_stopped_agent_answers_no_more_over_a_kept_connection(source: Directiv
     finally:
         connection.close()
         exporter.stop()
+
+
+def test_a_refusal_that_left_the_body_unread_closes_the_connection(exporter: AgentExporter) -> None:
+    """The next request would start inside the unread body; one that was read keeps it."""
+    connection = http.client.HTTPConnection("127.0.0.1", exporter.port, timeout=5)
+    body = _directives(2).to_json().encode()
+
+    def put(token: str) -> tuple[int, str | None]:
+        connection.request("PUT", DIRECTIVES_HTTP_PATH, body, {"Authorization": bearer(token)})
+        response = connection.getresponse()
+        response.read()
+        return response.status, response.getheader("Connection")
+
+    try:
+        assert put(TOKEN) == (200, None)
+        assert put("wrong") == (401, "close")
+    finally:
+        connection.close()
+
+
+def test_a_client_that_expects_100_continue_gets_it_before_sending_the_body(
+    exporter: AgentExporter,
+) -> None:
+    body = _directives(2).to_json().encode()
+    with socket.create_connection(("127.0.0.1", exporter.port), timeout=5) as raw:
+        raw.sendall(
+            f"PUT {DIRECTIVES_HTTP_PATH} HTTP/1.1\r\nHost: agent\r\n"
+            f"Authorization: {bearer(TOKEN)}\r\nExpect: 100-continue\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n".encode()
+        )
+        assert raw.recv(64).startswith(b"HTTP/1.1 100 Continue")
+        raw.sendall(body)
+        assert raw.recv(4096).startswith(b"HTTP/1.1 200 OK")
 
 
 def test_metrics_are_scraped_and_parsed_back_with_the_monitor_values(

@@ -11,9 +11,10 @@ from stabletrain_agent.contract.channel import ThreadPlace
 from stabletrain_agent.contract.detection import DetectionConfig
 from stabletrain_agent.contract.directives import DEFAULT_TRIP_ON, Directives
 from stabletrain_agent.directives import DirectiveSource
-from stabletrain_agent.export import AgentExporter, fetch_status
+from stabletrain_agent.export import AgentExporter
 from stabletrain_agent.heartbeat import HeartbeatClock
 from stabletrain_agent.signals.monitor import SignalMonitor, StepObservation
+from support.agent_client import fetch_status
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

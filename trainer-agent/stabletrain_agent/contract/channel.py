@@ -9,6 +9,12 @@ pod cannot change a run. Delivery is idempotent by generation: the agent applies
 directive only if its generation is newer than the one it holds and always answers with
 the generation it has applied, so the operator can retry blindly until every pod reports
 the generation it sent.
+
+A PUT's HTTP status: 200 when applied now or already applied (a stale or equal
+generation: the body says which); 400 when the body is not valid Directives JSON (the
+message names the field); 401 for a missing or wrong bearer token; 409 for directives of
+another attempt or a live change of resume_step (fencing, never retried); 411 and 413 for
+a body without a length or over MAX_DIRECTIVES_BYTES.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from __future__ import annotations
 import hmac
 import secrets
 from enum import StrEnum
+from http import HTTPStatus
 
 from pydantic import AwareDatetime, Field, ValidationError
 
@@ -35,16 +42,6 @@ AUTHORIZATION_HEADER = "Authorization"
 BEARER_PREFIX = "Bearer "
 MAX_DIRECTIVES_BYTES = 1024 * 1024
 """Bodies above this are refused (413) unread; skip lists spill long before that."""
-
-HTTP_OK = 200
-"""Applied now, or already applied (stale/equal generation): the body says which."""
-HTTP_BAD_REQUEST = 400
-"""Body is not valid Directives JSON; the message names the field."""
-HTTP_UNAUTHORIZED = 401
-"""Missing or wrong bearer token."""
-HTTP_CONFLICT = 409
-"""Directives for another attempt, or a live change of resume_step: fencing, never retried."""
-HTTP_TOO_LARGE = 413
 
 
 def new_token() -> str:
@@ -95,11 +92,11 @@ def judge_live_directive(current: Directives, incoming: Directives) -> LiveOutco
     return LiveOutcome.APPLIED
 
 
-OUTCOME_STATUS: dict[LiveOutcome, int] = {
-    LiveOutcome.APPLIED: HTTP_OK,
-    LiveOutcome.ALREADY_APPLIED: HTTP_OK,
-    LiveOutcome.WRONG_ATTEMPT: HTTP_CONFLICT,
-    LiveOutcome.RESUME_STEP_CHANGED: HTTP_CONFLICT,
+OUTCOME_STATUS: dict[LiveOutcome, HTTPStatus] = {
+    LiveOutcome.APPLIED: HTTPStatus.OK,
+    LiveOutcome.ALREADY_APPLIED: HTTPStatus.OK,
+    LiveOutcome.WRONG_ATTEMPT: HTTPStatus.CONFLICT,
+    LiveOutcome.RESUME_STEP_CHANGED: HTTPStatus.CONFLICT,
 }
 
 
