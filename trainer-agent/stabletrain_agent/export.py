@@ -51,7 +51,6 @@ from stabletrain_agent.signals.monitor import Finding, MonitorSnapshot
 _log = logging.getLogger(__name__)
 
 
-
 class _Metrics:
     """Every series the exporter publishes, registered in one private registry."""
 
