@@ -550,6 +550,14 @@ def test_close_with_an_error_in_flight_or_on_another_local_rank_states_no_comple
     assert not termination.exists()
 
 
+def test_a_completion_that_cannot_be_written_does_not_fail_the_finished_run(
+    tiny_gpt: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    unwritable = tmp_path / "no-such-directory" / "termination-log"
+    trained_guard(tiny_gpt, GuardEnv(termination_path=unwritable)).close()
+    assert "final step not left in" in capsys.readouterr().err
+
+
 def test_a_trip_report_is_never_replaced_by_a_completion(
     tiny_gpt: ModuleType, tmp_path: Path
 ) -> None:

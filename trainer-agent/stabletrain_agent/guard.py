@@ -311,7 +311,10 @@ class Guard:
             return
         snapshot = self.monitor.snapshot()
         loss = snapshot.loss if snapshot.step == self.global_step else None
-        leave_completion(path, Completion(self.global_step, self.env.attempt, loss))
+        try:
+            leave_completion(path, Completion(self.global_step, self.env.attempt, loss))
+        except OSError as error:  # a finished run must not fail over its final numbers
+            print(f"stabletrain: final step not left in {path}: {error!r}", file=sys.stderr)
 
     def _hand_over_checkpoints(self) -> None:
         """Under the operator (directives applied): finish the copies on their way to the
