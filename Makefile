@@ -43,8 +43,20 @@ lint: $(STAMP) ## ruff, mypy --strict on both packages, import contracts
 	MYPYPATH=tests $(VENV)/bin/mypy -p support
 	$(VENV)/bin/lint-imports
 
-unit: $(STAMP) k8s-bins ## the tests that need no cluster (the chart's need helm and the PromQL checker)
-	$(PY) -m pytest -m "not integration and not e2e" $(PYTEST_ARGS)
+# The chart's tests need helm and the PromQL checker, a Go build of minutes on a fresh machine:
+# `make unit` runs them, and builds those first, only when asked (CHART=1, or PYTEST_ARGS
+# naming them: tests/unit/chart, -m chart).
+CHART ?= $(if $(findstring chart,$(PYTEST_ARGS)),1,0)
+ifeq ($(CHART),1)
+UNIT_NEEDS := k8s-bins
+UNIT_MARKERS := not integration and not e2e
+else
+UNIT_NEEDS :=
+UNIT_MARKERS := not integration and not e2e and not chart
+endif
+
+unit: $(STAMP) $(UNIT_NEEDS) ## the tests that need no cluster; the chart's too with CHART=1 (they need `make k8s-bins`)
+	$(PY) -m pytest -m "$(UNIT_MARKERS)" $(PYTEST_ARGS)
 
 test: $(STAMP) k8s-bins images lint ## everything CI runs: lint, unit, integration, end-to-end and real-node tests (those skip, saying why, without root)
 	$(PY) -m pytest --durations=15 $(PYTEST_ARGS)

@@ -16,6 +16,7 @@ _MARK_BY_DIRECTORY = {"integration": pytest.mark.integration, "e2e": pytest.mark
 
 
 _TESTS = Path(__file__).parent
+_CHART_TESTS = _TESTS / "unit" / "chart"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -26,5 +27,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         mark = _MARK_BY_DIRECTORY.get(top)
         if mark is not None:
             item.add_marker(mark)
+        if item.path.is_relative_to(_CHART_TESTS):
+            # They need helm and the PromQL checker: `make unit` leaves them (and the Go
+            # build of those) out unless asked for.
+            item.add_marker(pytest.mark.chart)
         if item.get_closest_marker("chaos") and not chaos_selected:
             item.add_marker(pytest.mark.skip(reason="a long chaos scenario: runs with -m chaos"))

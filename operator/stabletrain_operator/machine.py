@@ -34,9 +34,11 @@ from stabletrain_operator.api.status import (
     RollbackRecord,
     StableTrainingJobStatus,
     Suspect,
+    rounded_loss,
 )
 from stabletrain_operator.conditions import condition, set_condition
 from stabletrain_operator.finite import finite_or
+from stabletrain_operator.observe.completion import with_final_numbers
 from stabletrain_operator.observe.culprit import failure_record, failure_suspects, stall_suspects
 from stabletrain_operator.observe.pods import PodFacts, PodState, failure_evidence
 from stabletrain_operator.observe.scrape import ScrapeResult
@@ -328,7 +330,7 @@ def _with_numbers(status: StableTrainingJobStatus, world: World) -> StableTraini
     return status.model_copy(
         update={
             "step": max(steps) if steps else status.step,
-            "loss": finite_or(lead.loss, None),
+            "loss": rounded_loss(lead.loss),
             "loss_baseline": finite_or(lead.loss_baseline, None),
             "grad_norm": finite_or(lead.grad_norm, None),
             "tokens_per_second": tokens if tokens is None or tokens >= 0 else None,
@@ -772,7 +774,8 @@ def _succeeded(status: StableTrainingJobStatus, world: World) -> Step:
             message=confirmed,
         )
         events = (Event("Normal", Reason.ROLLBACK_CONFIRMED, confirmed),)
-    done = status.model_copy(update={"phase": Phase.SUCCEEDED, "plan": None})
+    final = with_final_numbers(status, _current(status, world))
+    done = final.model_copy(update={"phase": Phase.SUCCEEDED, "plan": None})
     message = f"every worker of attempt {status.attempt} succeeded"
     done = _cond(
         done,

@@ -13,7 +13,7 @@ from stabletrain_agent.checkpoint.layout import iter_attempt_dirs, local_part_ro
 from stabletrain_agent.contract import env
 from support.localnode import LocalCluster
 from support.operator import Jobs, OperatorProcess
-from support.tinygpt import job_manifest
+from support.tinygpt import StepLogs, job_manifest
 
 NAME = "ckpt-settings"
 EVERY, LOCAL_KEEP, PFS_KEEP, STEPS = 10, 2, 3, 60
@@ -35,6 +35,11 @@ def test_interval_and_retention_of_the_spec_are_what_the_pods_do(
     jobs.create(manifest)
     done = jobs.wait(NAME, lambda s: s.get("phase") in ("Succeeded", "Failed"), 300, "the run")
     assert done["phase"] == "Succeeded", done.get("conditions")
+    last = StepLogs(local_cluster.shared_dir, job_namespace).steps(0)[-1]
+    assert last["step"] == STEPS
+    assert (done["step"], done["loss"]) == (STEPS, float(f"{last['loss']:.4g}")), (
+        "the finished job shows its final step and loss, not its last scrape's"
+    )
 
     pods = jobs.pods(NAME)
     assert len(pods) == 2

@@ -47,12 +47,24 @@ def plot_recovery(logs: StepLogs, status: Json, out: Path, title: str) -> None:
         if baseline is not None and onset is not None:
             axes.hlines(baseline, 0, onset, colors="black", linestyles="dashed", linewidth=1)
             axes.hlines([1.1 * baseline], 0, trip, colors="grey", linestyles="dotted", linewidth=1)
+            # Each line labelled on its own side, at the start: the loss curve is still far
+            # above both there, and a label above the dotted line sat on it.
             axes.annotate(
-                f"pre-spike baseline {baseline:.2f} (dotted: +10%)",
-                (0, 1.1 * baseline),
-                xytext=(4, 4),
+                f"pre-spike baseline {baseline:.2f}",
+                (0, baseline),
+                xytext=(4, -4),
                 textcoords="offset points",
+                va="top",
                 fontsize=8,
+            )
+            axes.annotate(
+                "baseline +10%",
+                (0, 1.1 * baseline),
+                xytext=(4, 3),
+                textcoords="offset points",
+                va="bottom",
+                fontsize=8,
+                color="dimgrey",
             )
         if onset is not None:
             axes.axvline(onset, color="orange", linewidth=1, label=f"spike onset, step {onset}")

@@ -15,6 +15,7 @@ from torch import nn
 
 from stabletrain_agent.checkpoint.replicate import PfsCondition
 from stabletrain_agent.contract.channel import AgentStatus
+from stabletrain_agent.contract.completion import parse_completion
 from stabletrain_agent.contract.detection import BaselineConfig, DetectionConfig, NonFiniteConfig
 from stabletrain_agent.contract.directives import Directives, SkipRange, SkipUnit
 from stabletrain_agent.contract.inventory import CheckpointRecord, TierCopy
@@ -321,8 +322,9 @@ def test_guard_state_round_trips_the_data_cursor_and_step(tiny_gpt: ModuleType) 
     guard = Guard(model, optimizer, data=batches, directives=directives(), guard_env=GuardEnv())
     for _ in range(3):
         batch = next(batches)
-        model(batch[:, :-1], batch[:, 1:]).backward()
-        guard.step(model(batch[:, :-1], batch[:, 1:]).detach().requires_grad_())
+        loss = model(batch[:, :-1], batch[:, 1:])
+        loss.backward()
+        guard.step(loss)
         optimizer.zero_grad()
     state = guard.state_dict()
     expected_next = next(batches)
@@ -502,3 +504,66 @@ def test_a_loss_spike_while_the_baseline_seeds_trips_instead_of_being_learned(
     report = tripped.value.report
     assert (report.signal, report.step, report.onset_step) == (Signal.LOSS_SPIKE, 12, 9)
     assert report.last_good_step == 8
+
+
+def trained_guard(tiny_gpt: ModuleType, env: GuardEnv, steps: int = 5) -> Guard:
+    model = tiny_model(tiny_gpt)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    batches = token_batches()
+    guard = Guard(model, optimizer, data=batches, directives=directives(), guard_env=env)
+    for _ in range(steps):
+        batch = next(batches)
+        loss = model(batch[:, :-1], batch[:, 1:])
+        loss.backward()
+        guard.step(loss)
+        optimizer.zero_grad()
+    return guard
+
+
+def test_a_clean_close_leaves_the_final_step_and_loss(tiny_gpt: ModuleType, tmp_path: Path) -> None:
+    """The operator's last scrape may be steps behind; the message it reads once the pods
+    succeeded carries the last step and its loss."""
+    termination = tmp_path / "termination-log"
+    termination.touch()  # the kubelet mounts an empty file
+    guard = trained_guard(tiny_gpt, GuardEnv(termination_path=termination))
+    guard.close()
+    completion = parse_completion(termination.read_text())
+    assert completion is not None
+    assert (completion.step, completion.attempt) == (5, 0)
+    assert completion.loss == guard.monitor.snapshot().loss
+    assert completion.loss is not None
+    guard.close()
+    assert parse_completion(termination.read_text()) == completion
+
+
+def test_close_with_an_error_in_flight_or_on_another_local_rank_states_no_completion(
+    tiny_gpt: ModuleType, tmp_path: Path
+) -> None:
+    termination = tmp_path / "termination-log"
+    failing = trained_guard(tiny_gpt, GuardEnv(termination_path=termination))
+    try:
+        raise RuntimeError("the loop failed")
+    except RuntimeError:
+        failing.close()  # as from the loop's `finally` while the error propagates
+    other = trained_guard(tiny_gpt, GuardEnv(local_rank=1, termination_path=termination))
+    other.close()
+    assert not termination.exists()
+
+
+def test_a_completion_that_cannot_be_written_does_not_fail_the_finished_run(
+    tiny_gpt: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    unwritable = tmp_path / "no-such-directory" / "termination-log"
+    trained_guard(tiny_gpt, GuardEnv(termination_path=unwritable)).close()
+    assert "final step not left in" in capsys.readouterr().err
+
+
+def test_a_trip_report_is_never_replaced_by_a_completion(
+    tiny_gpt: ModuleType, tmp_path: Path
+) -> None:
+    """A script that catches the trip and closes the guard afterwards, error handled."""
+    termination = tmp_path / "termination-log"
+    env = GuardEnv(termination_path=termination, lineage_root=tmp_path / "lineage")
+    guard, _, _ = tripped_on_inf_loss(tiny_gpt, env)
+    guard.close()
+    assert parse_termination_message(termination.read_text()).step == 7

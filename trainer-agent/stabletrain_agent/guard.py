@@ -45,8 +45,10 @@ import torch.distributed as dist
 from torch.amp.grad_scaler import GradScaler
 from torch.optim.lr_scheduler import LRScheduler
 
+from stabletrain_agent.completion import leave_completion
 from stabletrain_agent.consensus import Agreed, agree
 from stabletrain_agent.contract import env
+from stabletrain_agent.contract.completion import Completion
 from stabletrain_agent.contract.detection import DetectionConfig
 from stabletrain_agent.contract.directives import DEFAULT_TRIP_ON, Directives, parse_directives
 from stabletrain_agent.contract.inventory import CheckpointRecord, compact_inventory
@@ -289,13 +291,30 @@ class Guard:
         """Stop serving metrics and directives (safe to call more than once).
 
         Called while an error other than a trip ends training (from the loop's `finally`),
-        it first hands the checkpoints over (`_hand_over_checkpoints`).
+        it first hands the checkpoints over (`_hand_over_checkpoints`); called with no error
+        in flight, it leaves the final step and loss for the operator (`_leave_completion`).
         """
         ending = sys.exc_info()[1]
         if isinstance(ending, Exception) and not isinstance(ending, TrainingTripped):
             self._hand_over_checkpoints()
+        if ending is None:
+            self._leave_completion()
         if self.exporter is not None:
             self.exporter.stop()
+
+    def _leave_completion(self) -> None:
+        """The pod's termination message, under the operator (one writer per pod): the
+        operator's last scrape may be seconds older than the last step, and it reads the
+        final step and loss from here once every pod succeeded."""
+        path = self.env.termination_path
+        if path is None or self.env.local_rank != 0:
+            return
+        snapshot = self.monitor.snapshot()
+        loss = snapshot.loss if snapshot.step == self.global_step else None
+        try:
+            leave_completion(path, Completion(self.global_step, self.env.attempt, loss))
+        except OSError as error:  # a finished run must not fail over its final numbers
+            print(f"stabletrain: final step not left in {path}: {error!r}", file=sys.stderr)
 
     def _hand_over_checkpoints(self) -> None:
         """Under the operator (directives applied): finish the copies on their way to the

@@ -9,6 +9,7 @@ long skip lists spill into a ConfigMap whose name is recorded.
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 from pydantic import (
@@ -44,6 +45,21 @@ SUSPECT_NODES_MAX = 16
 """Nodes on the job's suspect list; the oldest incident drops off first."""
 FAILURE_MESSAGE_MAX = 2048
 """The failure's own words kept: the termination message or the log tail a kubelet keeps."""
+LOSS_SIGNIFICANT_DIGITS = 4
+"""Digits status.loss keeps (see `rounded_loss`)."""
+
+
+def rounded_loss(loss: float | None) -> float | None:
+    """The loss as status.loss holds it: LOSS_SIGNIFICANT_DIGITS significant digits, null
+    when unknown or non-finite (JSON has no NaN).
+
+    kubectl prints a number column with every digit the float has (2.538881301879883), and
+    the LOSS column is what a person reads first. No decision reads status.loss (the policy
+    reads the pods' reports), and the agent's metrics keep the exact value.
+    """
+    if loss is None or not math.isfinite(loss):
+        return None
+    return float(f"{loss:.{LOSS_SIGNIFICANT_DIGITS}g}")
 
 
 class Suspect(ApiModel):
@@ -238,9 +254,10 @@ class StableTrainingJobStatus(ApiModel):
     attempt: int = Field(default=0, ge=0)
     """Current attempt; bumps on every relaunch and fences everything older."""
     step: int | None = Field(default=None, ge=0)
-    """Newest global step reported by the pods."""
+    """Newest global step reported by the pods; once Succeeded, the last step trained."""
     loss: float | None = None
-    """Newest loss; null while unknown or when non-finite (see the Healthy condition)."""
+    """Loss of that step, to 4 significant digits (the pods' metrics keep every digit); null
+    while unknown or when non-finite (see the Healthy condition)."""
     loss_baseline: float | None = None
     """Healthy EMA baseline of the loss, as the agent computes it."""
     grad_norm: float | None = None

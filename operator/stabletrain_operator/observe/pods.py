@@ -16,6 +16,7 @@ from enum import StrEnum
 from typing import Any
 
 from stabletrain_agent.contract.base import ContractError
+from stabletrain_agent.contract.completion import Completion, parse_completion
 from stabletrain_agent.contract.restore import parse_restore_failure
 from stabletrain_agent.contract.trip import TripReport, parse_termination_message
 from stabletrain_operator import naming
@@ -64,6 +65,8 @@ class PodFacts:
     node_silent: bool = False
     """Its node stopped reporting: the node controller marked the pod not ready (see
     `_marked_by_node_controller`). No kubelet will confirm its deletion."""
+    completion: Completion | None = None
+    """The final step and loss its agent left when training ended without an error."""
 
     @property
     def finished(self) -> bool:
@@ -172,6 +175,7 @@ def pod_facts(pod: Json) -> PodFacts | None:
         restore_failure=parse_restore_failure(str(message)) if terminated else None,
         agent_port=_declared_agent_port(spec),
         node_silent=_marked_by_node_controller(spec, status),
+        completion=parse_completion(str(message)) if terminated else None,
     )
 
 

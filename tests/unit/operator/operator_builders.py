@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from stabletrain_agent.contract.channel import AgentStatus, FindingReport
+from stabletrain_agent.contract.completion import Completion
 from stabletrain_agent.contract.inventory import (
     CheckpointRecord,
     NodeCopy,
@@ -81,7 +82,7 @@ def trip(
 
 def pod(
     rank: int, *, attempt: int = 0, state: PodState = PodState.RUNNING,
-    report: TripReport | None = None, reason: str = "",
+    report: TripReport | None = None, reason: str = "", completion: Completion | None = None,
 ) -> PodFacts:  # fmt: skip
     return PodFacts(
         name=f"job-a{attempt}-{rank}",
@@ -94,6 +95,7 @@ def pod(
         exit_code=1 if state is PodState.FAILED else None,
         reason=reason,
         trip=report,
+        completion=completion,
     )
 
 
@@ -101,6 +103,7 @@ def agent(
     rank: int, *, attempt: int = 0, step: int = 10, generation: int = 1, lr_scale: float = 1.0,
     firing: tuple[FindingReport, ...] = (), records: tuple[CheckpointRecord, ...] = (),
     saved_request: int = 0, saved_step: int | None = None, latest_trip: TripReport | None = None,
+    loss: float = 2.0,
 ) -> ScrapeResult:  # fmt: skip
     status = AgentStatus(
         attempt=attempt,
@@ -108,7 +111,7 @@ def agent(
         node_rank=rank,
         updated_at=T0,
         step=step,
-        loss=2.0,
+        loss=loss,
         loss_baseline=2.0,
         grad_norm=1.0,
         lr_scale=lr_scale,

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from operator_builders import record, trip
 
+from stabletrain_agent.contract.completion import Completion, render_completion
 from stabletrain_agent.contract.restore import render_restore_failure
 from stabletrain_agent.contract.trip import render_termination_message
 from stabletrain_operator.observe.pods import PodState, failure_evidence, pod_facts
@@ -43,6 +44,16 @@ def test_restore_failure_is_read_from_the_termination_message() -> None:
     other = pod_facts(_pod("Failed", {"exitCode": 1, "message": "RestoreFailed? no"}))
     assert other is not None
     assert other.restore_failure is None
+
+
+def test_completion_is_read_from_the_termination_message() -> None:
+    completion = Completion(step=300, attempt=2, loss=2.538881301879883)
+    message = render_completion(completion)
+    facts = pod_facts(_pod("Succeeded", {"exitCode": 0, "reason": "Completed", "message": message}))
+    assert facts is not None
+    assert facts.state is PodState.SUCCEEDED
+    assert facts.completion == completion
+    assert (facts.trip, facts.trip_error, facts.restore_failure) == (None, "", None)
 
 
 def test_garbage_termination_message_is_kept_and_logged(caplog: pytest.LogCaptureFixture) -> None:
