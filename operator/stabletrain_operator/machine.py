@@ -30,6 +30,7 @@ from stabletrain_operator.api.status import (
     EXCLUDED_MAX,
     HISTORY_MAX,
     SKIP_RANGES_INLINE_MAX,
+    Counters,
     FailureRecord,
     Plan,
     RollbackRecord,
@@ -68,6 +69,8 @@ from stabletrain_operator.policy import (
     trip_observation,
     worker_failure,
 )
+from stabletrain_operator.policy.action_kind import ActionKind, StatusCounter
+from stabletrain_operator.policy.action_registry import LIVE_ACTION_REASONS, kind_of
 from stabletrain_operator.policy.crashloop import crash_loop
 from stabletrain_operator.preflight.condition import (
     Notice,
@@ -463,7 +466,9 @@ def _confirming_onset(status: StableTrainingJobStatus) -> int | None:
     """The onset of the rollback being confirmed: a signal before it is confirmed is a
     recurrence of that incident, not a new one."""
     plan = status.plan
-    if status.phase is not Phase.CONFIRMING or plan is None or plan.action is not Action.ROLLBACK:
+    if status.phase is not Phase.CONFIRMING or plan is None:
+        return None
+    if not kind_of(plan.action).goes_before_onset:
         return None
     return plan.onset_step
 
@@ -500,7 +505,8 @@ def _crash_looped(
 ) -> Decision:
     """A restart after a worker failure becomes the crash-loop action when the failure
     completes a crash loop (policy/crashloop.py)."""
-    if decision.action is not Action.RESTART_FROM_LATEST or incident.failure is None:
+    restarts = kind_of(decision.action).counter is StatusCounter.RESTARTS
+    if not restarts or incident.failure is None:
         return decision
     loop = crash_loop(
         world.spec.recovery.crash_loop,
@@ -611,7 +617,7 @@ def _keep_running(
     if fresh:
         firing = sorted({f.signal for s in fresh for f in s.firing})
         healthy = condition(status.conditions, ConditionType.HEALTHY)
-        alerted = healthy is not None and healthy.reason in (Reason.ALERTED, Reason.LR_REDUCED)
+        alerted = healthy is not None and healthy.reason in LIVE_ACTION_REASONS
         if not firing:
             status = _cond(
                 status,
@@ -808,17 +814,18 @@ def _act(
 ) -> Step:
     """Carry a decision into status: a plan for stopping actions, a change for live ones."""
     ledger = record(world.ledger, decision, now=world.now)
-    kind = "Normal" if decision.action is Action.REDUCE_LR else "Warning"
-    event = Event(kind, decision.reason, f"{decision.action}: {decision.message}"[:1024])
-    counters = status.counters
-    if decision.action is Action.REDUCE_LR and decision.lr_scale is not None:
-        changed = status.model_copy(
+    kind = kind_of(decision.action)
+    event = Event(kind.event_type, decision.reason, f"{decision.action}: {decision.message}"[:1024])
+    if kind.stops_the_run:
+        return _stop_for(
+            status, world, decision, trips=trips, ledger=ledger, event=event, incident=incident
+        )
+    counted = status.model_copy(update={"counters": _counted(status.counters, kind)})
+    if decision.lr_scale is not None:
+        changed = counted.model_copy(
             update={
                 "lr_scale": decision.lr_scale,
                 "directives_generation": status.directives_generation + 1,
-                "counters": counters.model_copy(
-                    update={"lr_reductions": counters.lr_reductions + 1}
-                ),
             }
         )
         changed = _cond(
@@ -846,23 +853,24 @@ def _act(
             events=(event,),
             decision=decision,
         )
-    if not decision.stops_the_run:
-        alerted = status.model_copy(
-            update={"counters": counters.model_copy(update={"alerts": counters.alerts + 1})}
-        )
-        alerted = _cond(
-            alerted,
-            world,
-            ConditionType.HEALTHY,
-            ok=False,
-            reason=Reason.ALERTED,
-            message=f"{decision.signal}: {decision.message}",
-        )
-        alerted = _recorded(alerted, _live_record(alerted, world, decision))
-        return Step(alerted, ledger, events=(event,), decision=decision)
-    return _stop_for(
-        status, world, decision, trips=trips, ledger=ledger, event=event, incident=incident
+    alerted = _cond(
+        counted,
+        world,
+        ConditionType.HEALTHY,
+        ok=False,
+        reason=kind.reason,
+        message=f"{decision.signal}: {decision.message}",
     )
+    alerted = _recorded(alerted, _live_record(alerted, world, decision))
+    return Step(alerted, ledger, events=(event,), decision=decision)
+
+
+def _counted(counters: Counters, kind: ActionKind) -> Counters:
+    """The counters with the action's own one added (a Fail has none)."""
+    if kind.counter is None:
+        return counters
+    name = kind.counter.value
+    return counters.model_copy(update={name: getattr(counters, name) + 1})
 
 
 def _stop_for(
@@ -875,12 +883,9 @@ def _stop_for(
     event: Event,
     incident: Incident,
 ) -> Step:
-    counters = status.counters
-    updates = {
-        "rollbacks": counters.rollbacks + (decision.action is Action.ROLLBACK),
-        "restarts": counters.restarts + (decision.action is Action.RESTART_FROM_LATEST),
-        "trips": counters.trips + bool(trips),
-    }
+    kind = kind_of(decision.action)
+    counters = _counted(status.counters, kind)
+    counters = counters.model_copy(update={"trips": counters.trips + bool(trips)})
     from_step = decision.step if decision.step is not None else (status.step or 0)
     plan = Plan(
         action=decision.action,
@@ -913,7 +918,7 @@ def _stop_for(
             "plan": plan,
             "suspect_nodes": suspect_nodes,
             "last_failure": incident.failure or status.last_failure,
-            "counters": counters.model_copy(update=updates),
+            "counters": counters,
             "last_trip": trips[0] if trips else status.last_trip,
             "checkpoints": merged_inventory(status.checkpoints, trips=trips),
             "last_manual_request_id": decision.request_id or status.last_manual_request_id,
@@ -935,7 +940,7 @@ def _stop_for(
         reason=decision.reason,
         message=f"stopping every pod of attempt {status.attempt} for {decision.action}",
     )
-    if decision.action is not Action.RESTART_FROM_LATEST:
+    if kind.counter is not StatusCounter.RESTARTS:  # a fault outside the model
         stopping = _cond(
             stopping,
             world,
@@ -995,7 +1000,7 @@ def _stopping(status: StableTrainingJobStatus, world: World) -> Step:
             message="suspended: no pods run",
         )
         return Step(suspended, world.ledger)
-    if plan.action is Action.FAIL:
+    if kind_of(plan.action).ends_the_job:
         return _failed(status, world, *_recovering_reason(status))
     planning = status.model_copy(update={"phase": Phase.PLANNING})
     return Step(planning, world.ledger)
@@ -1072,7 +1077,8 @@ def _planning(status: StableTrainingJobStatus, world: World) -> Step:
     plan = status.plan
     if plan is None:
         return Step(status.model_copy(update={"phase": Phase.RUNNING}), world.ledger)
-    restarting = plan.action is Action.RESTART_FROM_LATEST and plan.rule != RESUME_RULE
+    kind = kind_of(plan.action)
+    restarting = kind.counter is StatusCounter.RESTARTS and plan.rule != RESUME_RULE
     backoff = restart_backoff(status.counters.restarts)
     if plan.backoff_seconds is not None:
         backoff = timedelta(seconds=plan.backoff_seconds)
@@ -1088,7 +1094,7 @@ def _planning(status: StableTrainingJobStatus, world: World) -> Step:
         step_bound(plan, world.spec),
         nodes,
         selection=world.spec.checkpoints.selection,
-        onset=plan.onset_step if plan.action is Action.ROLLBACK else None,
+        onset=plan.onset_step if kind.goes_before_onset else None,
         when_none=no_checkpoint_decision(plan, world.spec),
         excluded=plan.excluded_steps,
     )

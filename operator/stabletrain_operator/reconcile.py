@@ -38,6 +38,8 @@ from stabletrain_operator.observe.scrape import Scraper, ScrapeResult, ScrapeTar
 from stabletrain_operator.observe.stall import RankProgress
 from stabletrain_operator.plan.inventory import copies_in_flight
 from stabletrain_operator.policy import PolicyLedger
+from stabletrain_operator.policy.action_kind import StatusCounter
+from stabletrain_operator.policy.action_registry import kind_of
 from stabletrain_operator.preflight.pod import ensure_preflight_pod, needs_preflight_pod
 from stabletrain_operator.remediation import NodeAction, NodeRemediation, due, node_patch
 
@@ -359,6 +361,13 @@ def status_json(status: StableTrainingJobStatus) -> dict[str, Any]:
     return data
 
 
+_COUNTED_BY_SIGNAL = {
+    StatusCounter.ROLLBACKS: metrics.ROLLBACKS,
+    StatusCounter.ALERTS: metrics.ALERTS,
+}
+"""Decisions that also count in a metric labelled by the signal that caused them."""
+
+
 def _record_metrics(key: JobKey, spec: StableTrainingJobSpec, step: Step) -> None:
     budgets = spec.recovery.budgets
     metrics.set_budget_remaining(
@@ -370,10 +379,9 @@ def _record_metrics(key: JobKey, spec: StableTrainingJobSpec, step: Step) -> Non
     decision = step.decision
     if decision is not None:
         metrics.DECISIONS.labels(decision.action.value).inc()
-        if decision.action.value == "Rollback":
-            metrics.ROLLBACKS.labels(decision.signal).inc()
-        if decision.action.value == "Alert":
-            metrics.ALERTS.labels(decision.signal).inc()
+        counter = kind_of(decision.action).counter
+        if counter in _COUNTED_BY_SIGNAL:
+            _COUNTED_BY_SIGNAL[counter].labels(decision.signal).inc()
     if step.recovered_after is not None:
         metrics.RECOVERY_SECONDS.observe(step.recovered_after.total_seconds())
 

@@ -16,8 +16,10 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 
 from stabletrain_agent.contract.directives import SkipRange
-from stabletrain_agent.contract.names import Action, AnomalyClass
+from stabletrain_agent.contract.names import AnomalyClass
 from stabletrain_operator.api.status import StableTrainingJobStatus
+from stabletrain_operator.policy.action_kind import StatusCounter
+from stabletrain_operator.policy.action_registry import kind_of
 
 RECENT_ROLLBACKS_MAX = 16
 """Rollbacks kept for escalation; more recurrences than this fail long before."""
@@ -138,14 +140,12 @@ class PolicyLedger:
                 anomaly_class=record.anomaly_class,
             )
             for record in status.rollback_history
-            if record.action is Action.ROLLBACK
+            if kind_of(record.action).counter is StatusCounter.ROLLBACKS
             and record.onset_step is not None
             and not record.request_id
         )
         stopping_times = [
-            record.time
-            for record in status.rollback_history
-            if record.action in (Action.ROLLBACK, Action.RESTART_FROM_LATEST)
+            record.time for record in status.rollback_history if kind_of(record.action).budgeted
         ]
         return cls(
             rollbacks_used=status.counters.rollbacks,
