@@ -1,7 +1,8 @@
-"""One reconcile tick of one job: gather the world, advance the machine, carry out its step.
+"""One reconcile tick of one job: gather the world, advance the machine, carry out its
+transition.
 
-Order is what makes a crash harmless: the step's `launch` (idempotent creates) before the
-status write, the status written once, then deletes, live directives and Events after it.
+Order is what makes a crash harmless: the transition's `launch` (idempotent creates) before
+the status write, the status written once, then deletes, live directives and Events after it.
 Events therefore never announce something the status does not hold.
 """
 
@@ -31,7 +32,7 @@ from stabletrain_operator.api.spec import StableTrainingJobSpec
 from stabletrain_operator.api.status import StableTrainingJobStatus, SuspectNode
 from stabletrain_operator.jobview import JobView, Source, identity, parse, source, write_needed
 from stabletrain_operator.kube import HTTP_CONFLICT, Kube, StaleStatusError, each
-from stabletrain_operator.machine import Launch, Step, World, advance
+from stabletrain_operator.machine import Launch, Transition, World, advance
 from stabletrain_operator.observe.pacing import FAST_INTERVAL_SECONDS, ScrapePacer
 from stabletrain_operator.observe.pods import PodFacts, PodState
 from stabletrain_operator.observe.scrape import Scraper, ScrapeResult, ScrapeTarget, scrape_all
@@ -215,12 +216,12 @@ def _progress(
     return tuple(memory.beats.values())
 
 
-def _stops_now(status: StableTrainingJobStatus, step: Step) -> bool:
+def _stops_now(status: StableTrainingJobStatus, transition: Transition) -> bool:
     """This tick decided an action that stops the pods (they are still there)."""
     return (
         status.phase in SCRAPED_PHASES
-        and step.status.phase is Phase.STOPPING
-        and step.status.plan is not None
+        and transition.status.phase is Phase.STOPPING
+        and transition.status.plan is not None
     )
 
 
@@ -318,17 +319,17 @@ def launch(kube: Kube, job: pods.JobRef, spec: StableTrainingJobSpec, plan: Laun
     each(kube.create, attempt_pods)
 
 
-def _put_live(token: str | None, step: Step, facts: list[PodFacts]) -> None:
-    if step.live is None or not token:
+def _put_live(token: str | None, transition: Transition, facts: list[PodFacts]) -> None:
+    if transition.live is None or not token:
         return
     by_name = {p.name: p for p in facts}
-    for name in step.live_pods:
+    for name in transition.live_pods:
         pod = by_name.get(name)
         if pod is None or not pod.ip:
             continue
         try:
             url = pods.agent_url(pod.ip, pod.agent_port)
-            result = put_directives(url, step.live, token, PUT_TIMEOUT_SECONDS)
+            result = put_directives(url, transition.live, token, PUT_TIMEOUT_SECONDS)
         except (AgentUnreachableError, ContractError) as error:
             _log.warning(
                 "live directives to %s not delivered (retried next scrape): %s", name, error
@@ -368,22 +369,22 @@ _COUNTED_BY_SIGNAL = {
 """Decisions that also count in a metric labelled by the signal that caused them."""
 
 
-def _record_metrics(key: JobKey, spec: StableTrainingJobSpec, step: Step) -> None:
+def _record_metrics(key: JobKey, spec: StableTrainingJobSpec, transition: Transition) -> None:
     budgets = spec.recovery.budgets
     metrics.set_budget_remaining(
         key.namespace,
         key.name,
-        rollbacks=budgets.max_rollbacks - step.ledger.rollbacks_used,
-        restarts=budgets.max_restarts - step.ledger.restarts_used,
+        rollbacks=budgets.max_rollbacks - transition.ledger.rollbacks_used,
+        restarts=budgets.max_restarts - transition.ledger.restarts_used,
     )
-    decision = step.decision
+    decision = transition.decision
     if decision is not None:
         metrics.DECISIONS.labels(decision.action.value).inc()
         counter = kind_of(decision.action).counter
         if counter in _COUNTED_BY_SIGNAL:
             _COUNTED_BY_SIGNAL[counter].labels(decision.signal).inc()
-    if step.recovered_after is not None:
-        metrics.RECOVERY_SECONDS.observe(step.recovered_after.total_seconds())
+    if transition.recovered_after is not None:
+        metrics.RECOVERY_SECONDS.observe(transition.recovered_after.total_seconds())
 
 
 def _ledger(key: JobKey, status: StableTrainingJobStatus) -> PolicyLedger:
@@ -557,8 +558,8 @@ async def tick(
         preflight_pod=preflight_pod,
         progress=progress,
     )
-    step = advance(status, world)
-    if _stops_now(status, step):
+    transition = advance(status, world)
+    if _stops_now(status, transition):
         # Before the pods go, those still running are scraped until no copy they list is on
         # its way to the PFS (at least once when the pod watch decided), so the plan sees a
         # save that committed or landed after the previous scrape; a finding the later
@@ -569,31 +570,33 @@ async def tick(
         )
         if final != scrapes:
             settled = advance(status, dataclasses.replace(world, scrapes=final))
-            step = settled if _stops_now(status, settled) else step
-    if step.launch is not None:
-        await asyncio.to_thread(launch, kube, ref, spec, step.launch)
-        if step.launch.spill_skip_ranges is not None:
+            transition = settled if _stops_now(status, settled) else transition
+    if transition.launch is not None:
+        await asyncio.to_thread(launch, kube, ref, spec, transition.launch)
+        if transition.launch.spill_skip_ranges is not None:
             memory.skip_ranges = None
-    written = await _record(kube, key, view, step.status, memory, progress_seconds=progress_seconds)
-    if written and step.status.phase is not status.phase:
-        _log.info("job %s: %s -> %s", key.name, status.phase, step.status.phase)
-        crashpoints.maybe_crash_after(step.status.phase.value)
-    if step.status.attempt != status.attempt:
-        memory.seen = {n: a for n, a in memory.seen.items() if a >= step.status.attempt}
-    if step.delete_pods:
+    written = await _record(
+        kube, key, view, transition.status, memory, progress_seconds=progress_seconds
+    )
+    if written and transition.status.phase is not status.phase:
+        _log.info("job %s: %s -> %s", key.name, status.phase, transition.status.phase)
+        crashpoints.maybe_crash_after(transition.status.phase.value)
+    if transition.status.attempt != status.attempt:
+        memory.seen = {n: a for n, a in memory.seen.items() if a >= transition.status.attempt}
+    if transition.delete_pods:
         await asyncio.to_thread(
             each,
-            lambda name: kube.delete_pod(key.namespace, name, force=step.force_delete),
-            step.delete_pods,
+            lambda name: kube.delete_pod(key.namespace, name, force=transition.force_delete),
+            transition.delete_pods,
         )
-    if step.live is not None:
-        await asyncio.to_thread(_put_live, memory.token, step, facts)
-    for event in step.events:
+    if transition.live is not None:
+        await asyncio.to_thread(_put_live, memory.token, transition, facts)
+    for event in transition.events:
         await asyncio.to_thread(kube.event, job, event.type, event.reason, event.message)
-    if remediation is not None and step.status.suspect_nodes != status.suspect_nodes:
-        await asyncio.to_thread(remediate, kube, remediation, key, status, step.status)
-    _record_metrics(key, spec, step)
-    memory.next_tick_at = _next_tick_at(step.status.phase, spec, memory, pacer)
+    if remediation is not None and transition.status.suspect_nodes != status.suspect_nodes:
+        await asyncio.to_thread(remediate, kube, remediation, key, status, transition.status)
+    _record_metrics(key, spec, transition)
+    memory.next_tick_at = _next_tick_at(transition.status.phase, spec, memory, pacer)
     return True
 
 
