@@ -231,16 +231,10 @@ def _live_record(
     status: StableTrainingJobStatus, world: World, decision: Decision
 ) -> RollbackRecord:
     """A decision that launches nothing (ReduceLR, Alert) as a history entry."""
-    return RollbackRecord(
+    return RollbackRecord.from_decision(
+        decision,
         time=world.now,
-        action=decision.action,
-        reason=decision.reason,
-        rule=decision.rule,
-        request_id=decision.request_id,
-        signal=decision.signal,
-        anomaly_class=decision.anomaly_class,
-        onset_step=decision.onset_step,
-        from_step=decision.step if decision.step is not None else (status.step or 0),
+        reached_step=status.step,
         lr_scale=status.lr_scale,
         attempt=status.attempt,
     )
@@ -875,24 +869,13 @@ def _stop_for(
     kind = kind_of(decision.action)
     counters = _counted(status.counters, kind)
     counters = counters.model_copy(update={"trips": counters.trips + bool(trips)})
-    from_step = decision.step if decision.step is not None else (status.step or 0)
-    plan = Plan(
-        action=decision.action,
-        rule=decision.rule,
-        request_id=decision.request_id,
-        signal=decision.signal,
-        anomaly_class=decision.anomaly_class,
-        onset_step=decision.onset_step,
-        from_step=from_step,
+    plan = Plan.from_decision(
+        decision,
         started_at=world.now,
+        reached_step=status.step,
         from_attempt=status.attempt,
-        next_attempt=status.attempt + 1,
-        lr_scale=decision.lr_scale,
-        rewarmup_steps=decision.rewarmup_steps or 0,
         added_skip=skipping_repeat_suspects(decision.skip, world.skip_ranges)[:8],
-        recurrence=decision.escalation_level,
         suspects=incident.suspects[:8],
-        backoff_seconds=decision.backoff_seconds,
         confirm_step=confirm_step(
             decision.action, decision.signal, decision.onset_step, world.spec.detection
         ),
@@ -1028,22 +1011,10 @@ def _failed(status: StableTrainingJobStatus, world: World, reason: str, message:
     """The job ends Failed; the history records the Fail with what it answered."""
     plan = status.plan
     if plan is not None:
-        status = _recorded(
-            status,
-            RollbackRecord(
-                time=world.now,
-                action=Action.FAIL,
-                reason=reason,
-                rule=plan.rule,
-                request_id=plan.request_id,
-                signal=plan.signal,
-                anomaly_class=plan.anomaly_class,
-                onset_step=plan.onset_step,
-                from_step=plan.from_step,
-                lr_scale=status.lr_scale,
-                attempt=status.attempt,
-            ),
+        failing = RollbackRecord.failing(
+            plan, time=world.now, reason=reason, lr_scale=status.lr_scale, attempt=status.attempt
         )
+        status = _recorded(status, failing)
     failed = status.model_copy(update={"phase": Phase.FAILED, "plan": None})
     failed = _cond(failed, world, ConditionType.FAILED, ok=True, reason=reason, message=message)
     failed = _cond(
@@ -1138,23 +1109,7 @@ def _relaunching(status: StableTrainingJobStatus, world: World) -> Transition:
         skip=skip,
     )
     spill = skip if len(skip) > SKIP_RANGES_INLINE_MAX else None
-    entry = RollbackRecord(
-        time=plan.started_at,
-        action=plan.action,
-        reason=_recovering_reason(status)[0],
-        rule=plan.rule,
-        request_id=plan.request_id,
-        signal=plan.signal,
-        anomaly_class=plan.anomaly_class,
-        onset_step=plan.onset_step,
-        from_step=plan.from_step,
-        to_step=plan.target_step,
-        checkpoint_choice=plan.checkpoint_choice,
-        lr_scale=lr_scale,
-        skipped=plan.added_skip,
-        attempt=plan.next_attempt,
-        suspects=plan.suspects,
-    )
+    entry = RollbackRecord.from_plan(plan, reason=_recovering_reason(status)[0], lr_scale=lr_scale)
     history = status.rollback_history
     if plan.rule == RESUME_RULE:
         pass
