@@ -37,7 +37,27 @@ from stabletrain_operator.api.status import (
     StableTrainingJobStatus,
     Suspect,
 )
-from stabletrain_operator.conditions import condition, set_condition
+from stabletrain_operator.conditions import condition
+from stabletrain_operator.job_conditions import (
+    CREATED_SUSPENDED,
+    FAILED_BY_POLICY,
+    FAILED_NO_PODS,
+    NO_SIGNAL_FIRES,
+    NO_SIGNAL_YET,
+    RELAUNCHING_AFTER_SUSPEND,
+    SUSPENDED_NO_PODS,
+    clear_healthy,
+    clear_ready,
+    clear_recovering,
+    clear_suspended,
+    set_budget_exhausted,
+    set_complete,
+    set_failed,
+    set_healthy,
+    set_ready,
+    set_recovering,
+    set_suspended,
+)
 from stabletrain_operator.observe.culprit import failure_record, failure_suspects, stall_suspects
 from stabletrain_operator.observe.pods import PodFacts, PodState, failure_evidence
 from stabletrain_operator.observe.scrape import ScrapeResult
@@ -206,21 +226,6 @@ def _events(notices: Sequence[Notice]) -> tuple[Event, ...]:
     return tuple(Event(n.type, n.reason, n.message) for n in notices)
 
 
-def _cond(
-    status: StableTrainingJobStatus,
-    world: World,
-    kind: ConditionType,
-    *,
-    ok: bool,
-    reason: Reason | str,
-    message: str,
-) -> StableTrainingJobStatus:
-    conditions = set_condition(
-        status.conditions, kind, ok, reason, message, now=world.now, generation=world.generation
-    )
-    return status.model_copy(update={"conditions": conditions})
-
-
 def _recorded(status: StableTrainingJobStatus, entry: RollbackRecord) -> StableTrainingJobStatus:
     """status with one more decision in its bounded history (oldest dropped)."""
     history = (*status.rollback_history, entry)[-HISTORY_MAX:]
@@ -245,13 +250,11 @@ def _live_record(
 
 def _pending(status: StableTrainingJobStatus, world: World) -> Transition:
     if world.spec.suspend:
-        suspended = _cond(
+        suspended = set_suspended(
             status.model_copy(update={"phase": Phase.SUSPENDED}),
             world,
-            ConditionType.SUSPENDED,
-            ok=True,
             reason=Reason.SUSPENDED,
-            message="created suspended",
+            message=CREATED_SUSPENDED,
         )
         return Transition(suspended, world.ledger)
     preflight_events: tuple[Event, ...] = ()
@@ -276,17 +279,10 @@ def _pending(status: StableTrainingJobStatus, world: World) -> Transition:
     running = status.model_copy(
         update={"phase": Phase.RUNNING, "attempt": 0, "directives_generation": 1, "lr_scale": 1.0}
     )
-    running = _cond(
-        running,
-        world,
-        ConditionType.READY,
-        ok=False,
-        reason=Reason.CREATED,
-        message=f"created {nodes} worker pod(s) of attempt 0",
+    running = clear_ready(
+        running, world, reason=Reason.CREATED, message=f"created {nodes} worker pod(s) of attempt 0"
     )
-    running = _cond(
-        running, world, ConditionType.HEALTHY, ok=True, reason=Reason.NO_SIGNAL, message="no signal"
-    )
+    running = set_healthy(running, world, message=NO_SIGNAL_YET)
     message = f"attempt 0: {nodes} pod(s), rendezvous id {naming.rendezvous_id(world.job, 0)}"
     return Transition(
         running,
@@ -552,11 +548,9 @@ def _replan(status: StableTrainingJobStatus, world: World, evidence: Sequence[st
         }
     )
     stopping = status.model_copy(update={"phase": Phase.STOPPING, "plan": again})
-    stopping = _cond(
+    stopping = clear_ready(
         stopping,
         world,
-        ConditionType.READY,
-        ok=False,
         reason=Reason.RESTORE_FAILED,
         message=f"stopping every pod of attempt {status.attempt}: restore failed",
     )
@@ -580,20 +574,13 @@ def _keep_running(
     nodes = world.spec.workers.nodes
     running = sum(p.state is PodState.RUNNING for p in current)
     if running >= nodes and len(fresh) >= nodes:
-        status = _cond(
-            status,
-            world,
-            ConditionType.READY,
-            ok=True,
-            reason=Reason.PODS_RUNNING,
-            message=f"{running} pod(s) of attempt {status.attempt} run and report",
+        status = set_ready(
+            status, world, message=f"{running} pod(s) of attempt {status.attempt} run and report"
         )
     elif running < nodes:
-        status = _cond(
+        status = clear_ready(
             status,
             world,
-            ConditionType.READY,
-            ok=False,
             reason=Reason.PODS_NOT_READY,
             message=f"{running} of {nodes} pod(s) of attempt {status.attempt} run",
         )
@@ -602,22 +589,10 @@ def _keep_running(
         healthy = condition(status.conditions, ConditionType.HEALTHY)
         alerted = healthy is not None and healthy.reason in LIVE_ACTION_REASONS
         if not firing:
-            status = _cond(
-                status,
-                world,
-                ConditionType.HEALTHY,
-                ok=True,
-                reason=Reason.NO_SIGNAL,
-                message="no signal fires",
-            )
+            status = set_healthy(status, world, message=NO_SIGNAL_FIRES)
         elif not alerted:
-            status = _cond(
-                status,
-                world,
-                ConditionType.HEALTHY,
-                ok=False,
-                reason=Reason.SIGNAL_FIRING,
-                message=f"firing: {', '.join(firing)}",
+            status = clear_healthy(
+                status, world, reason=Reason.SIGNAL_FIRING, message=f"firing: {', '.join(firing)}"
             )
     lagging = tuple(
         sorted(
@@ -660,9 +635,7 @@ def _confirm(transition: Transition, world: World) -> Transition:
     confirmed = verdict.outcome is Outcome.CONFIRMED
     reason = Reason.ROLLBACK_CONFIRMED if confirmed else Reason.CONFIRMATION_TIMED_OUT
     done = status.model_copy(update={"phase": Phase.RUNNING, "plan": None})
-    done = _cond(
-        done, world, ConditionType.RECOVERING, ok=False, reason=reason, message=verdict.message
-    )
+    done = clear_recovering(done, world, reason=reason, message=verdict.message)
     event = Event("Normal" if confirmed else "Warning", reason, verdict.message[:1024])
     return Transition(done, transition.ledger, events=(*transition.events, event))
 
@@ -685,14 +658,7 @@ def _suspend(status: StableTrainingJobStatus, world: World) -> Transition:
             f"spec.suspend is true: every pod saves a final checkpoint (at most "
             f"{SUSPEND_SAVE.total_seconds():.0f} s), then every pod stops"
         )
-        saving = _cond(
-            saving,
-            world,
-            ConditionType.SUSPENDED,
-            ok=True,
-            reason=Reason.SAVING_BEFORE_SUSPEND,
-            message=message,
-        )
+        saving = set_suspended(saving, world, reason=Reason.SAVING_BEFORE_SUSPEND, message=message)
         live = live_directives(
             world.attempt_directives,
             generation=request,
@@ -736,14 +702,7 @@ def _stop_suspended(status: StableTrainingJobStatus, world: World, why: str) -> 
         update={"phase": Phase.STOPPING, "plan": None, "save_request": None}
     )
     message = f"spec.suspend is true: {why}; stopping every pod"
-    stopping = _cond(
-        stopping,
-        world,
-        ConditionType.SUSPENDED,
-        ok=True,
-        reason=Reason.SUSPENDED,
-        message=message,
-    )
+    stopping = set_suspended(stopping, world, reason=Reason.SUSPENDED, message=message)
     return Transition(
         stopping,
         world.ledger,
@@ -762,28 +721,14 @@ def _succeeded(status: StableTrainingJobStatus, world: World) -> Transition:
         confirmed = (
             f"attempt {status.attempt} trained to the end past step {bar or 0} without a trip"
         )
-        status = _cond(
-            status,
-            world,
-            ConditionType.RECOVERING,
-            ok=False,
-            reason=Reason.ROLLBACK_CONFIRMED,
-            message=confirmed,
+        status = clear_recovering(
+            status, world, reason=Reason.ROLLBACK_CONFIRMED, message=confirmed
         )
         events = (Event("Normal", Reason.ROLLBACK_CONFIRMED, confirmed),)
     done = status.model_copy(update={"phase": Phase.SUCCEEDED, "plan": None})
     message = f"every worker of attempt {status.attempt} succeeded"
-    done = _cond(
-        done,
-        world,
-        ConditionType.COMPLETE,
-        ok=True,
-        reason=Reason.TRAINING_COMPLETE,
-        message=message,
-    )
-    done = _cond(
-        done, world, ConditionType.READY, ok=False, reason=Reason.TRAINING_COMPLETE, message=message
-    )
+    done = set_complete(done, world, message=message)
+    done = clear_ready(done, world, reason=Reason.TRAINING_COMPLETE, message=message)
     complete = Event("Normal", Reason.TRAINING_COMPLETE, message)
     return Transition(done, world.ledger, events=(*events, complete))
 
@@ -811,14 +756,7 @@ def _act(
                 "directives_generation": status.directives_generation + 1,
             }
         )
-        changed = _cond(
-            changed,
-            world,
-            ConditionType.HEALTHY,
-            ok=False,
-            reason=decision.reason,
-            message=decision.message,
-        )
+        changed = clear_healthy(changed, world, reason=decision.reason, message=decision.message)
         changed = _recorded(changed, _live_record(changed, world, decision))
         live = None
         if world.attempt_directives is not None:
@@ -836,13 +774,8 @@ def _act(
             events=(event,),
             decision=decision,
         )
-    alerted = _cond(
-        counted,
-        world,
-        ConditionType.HEALTHY,
-        ok=False,
-        reason=kind.reason,
-        message=f"{decision.signal}: {decision.message}",
+    alerted = clear_healthy(
+        counted, world, reason=kind.reason, message=f"{decision.signal}: {decision.message}"
     )
     alerted = _recorded(alerted, _live_record(alerted, world, decision))
     return Transition(alerted, ledger, events=(event,), decision=decision)
@@ -896,30 +829,16 @@ def _stop_for(
             "last_manual_request_id": decision.request_id or status.last_manual_request_id,
         }
     )
-    stopping = _cond(
+    stopping = set_recovering(stopping, world, reason=decision.reason, message=decision.message)
+    stopping = clear_ready(
         stopping,
         world,
-        ConditionType.RECOVERING,
-        ok=True,
-        reason=decision.reason,
-        message=decision.message,
-    )
-    stopping = _cond(
-        stopping,
-        world,
-        ConditionType.READY,
-        ok=False,
         reason=decision.reason,
         message=f"stopping every pod of attempt {status.attempt} for {decision.action}",
     )
     if kind.counter is not StatusCounter.RESTARTS:  # a fault outside the model
-        stopping = _cond(
-            stopping,
-            world,
-            ConditionType.HEALTHY,
-            ok=False,
-            reason=decision.reason,
-            message=decision.evidence or decision.message,
+        stopping = clear_healthy(
+            stopping, world, reason=decision.reason, message=decision.evidence or decision.message
         )
     return Transition(
         stopping,
@@ -963,13 +882,8 @@ def _stopping(status: StableTrainingJobStatus, world: World) -> Transition:
         )
     if plan is None:
         suspended = status.model_copy(update={"phase": Phase.SUSPENDED})
-        suspended = _cond(
-            suspended,
-            world,
-            ConditionType.READY,
-            ok=False,
-            reason=Reason.SUSPENDED,
-            message="suspended: no pods run",
+        suspended = clear_ready(
+            suspended, world, reason=Reason.SUSPENDED, message=SUSPENDED_NO_PODS
         )
         return Transition(suspended, world.ledger)
     if kind_of(plan.action).ends_the_job:
@@ -1003,7 +917,7 @@ def _suspended_since(status: StableTrainingJobStatus, world: World) -> datetime:
 def _recovering_reason(status: StableTrainingJobStatus) -> tuple[str, str]:
     recovering = condition(status.conditions, ConditionType.RECOVERING)
     if recovering is None:
-        return Reason.FAILED_BY_POLICY.value, "the policy failed the job"
+        return Reason.FAILED_BY_POLICY.value, FAILED_BY_POLICY
     return recovering.reason, recovering.message
 
 
@@ -1016,17 +930,11 @@ def _failed(status: StableTrainingJobStatus, world: World, reason: str, message:
         )
         status = _recorded(status, failing)
     failed = status.model_copy(update={"phase": Phase.FAILED, "plan": None})
-    failed = _cond(failed, world, ConditionType.FAILED, ok=True, reason=reason, message=message)
-    failed = _cond(
-        failed, world, ConditionType.RECOVERING, ok=False, reason=reason, message=message
-    )
-    failed = _cond(
-        failed, world, ConditionType.READY, ok=False, reason=reason, message="failed: no pods run"
-    )
+    failed = set_failed(failed, world, reason=reason, message=message)
+    failed = clear_recovering(failed, world, reason=reason, message=message)
+    failed = clear_ready(failed, world, reason=reason, message=FAILED_NO_PODS)
     if reason in (Reason.ROLLBACK_BUDGET_EXHAUSTED, Reason.RESTART_BUDGET_EXHAUSTED):
-        failed = _cond(
-            failed, world, ConditionType.BUDGET_EXHAUSTED, ok=True, reason=reason, message=message
-        )
+        failed = set_budget_exhausted(failed, world, reason=reason, message=message)
     return Transition(
         failed, world.ledger, events=(Event("Warning", reason, f"failed: {message}"),)
     )
@@ -1079,13 +987,8 @@ def _planning(status: StableTrainingJobStatus, world: World) -> Transition:
         f"skip {skipped}"
     )
     relaunching = status.model_copy(update={"phase": Phase.RELAUNCHING, "plan": planned})
-    relaunching = _cond(
-        relaunching,
-        world,
-        ConditionType.RECOVERING,
-        ok=True,
-        reason=_recovering_reason(status)[0],
-        message=message,
+    relaunching = set_recovering(
+        relaunching, world, reason=_recovering_reason(status)[0], message=message
     )
     return Transition(relaunching, world.ledger, events=(Event("Normal", "Planned", message),))
 
@@ -1142,9 +1045,7 @@ def _relaunching(status: StableTrainingJobStatus, world: World) -> Transition:
         f"relaunched attempt {plan.next_attempt} ({world.spec.workers.nodes} pod(s)) with "
         f"directives generation {plan.directives_generation}"
     )
-    relaunched = _cond(
-        relaunched, world, ConditionType.READY, ok=False, reason=Reason.CREATED, message=message
-    )
+    relaunched = clear_ready(relaunched, world, reason=Reason.CREATED, message=message)
     preferred, avoid, required = _preferred_nodes(status, world)
     if avoid:
         message += f"; avoiding suspect node(s) {', '.join(avoid)}"
@@ -1186,21 +1087,9 @@ def _suspended(status: StableTrainingJobStatus, world: World) -> Transition:
         next_attempt=status.attempt + 1,
     )
     planning = status.model_copy(update={"phase": Phase.PLANNING, "plan": plan})
-    planning = _cond(
-        planning,
-        world,
-        ConditionType.SUSPENDED,
-        ok=False,
-        reason=Reason.RESUMED,
-        message="spec.suspend is false: relaunching from the newest stable checkpoint",
-    )
-    planning = _cond(
-        planning,
-        world,
-        ConditionType.RECOVERING,
-        ok=True,
-        reason=Reason.RESUMED,
-        message="relaunching after suspend",
+    planning = clear_suspended(planning, world)
+    planning = set_recovering(
+        planning, world, reason=Reason.RESUMED, message=RELAUNCHING_AFTER_SUSPEND
     )
     return Transition(planning, world.ledger, events=(Event("Normal", Reason.RESUMED, "resuming"),))
 
