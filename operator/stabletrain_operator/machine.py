@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -31,11 +31,9 @@ from stabletrain_operator.api.status import (
     HISTORY_MAX,
     SKIP_RANGES_INLINE_MAX,
     Counters,
-    FailureRecord,
     Plan,
     RollbackRecord,
     StableTrainingJobStatus,
-    Suspect,
 )
 from stabletrain_operator.conditions import condition
 from stabletrain_operator.job_conditions import (
@@ -58,10 +56,9 @@ from stabletrain_operator.job_conditions import (
     set_recovering,
     set_suspended,
 )
-from stabletrain_operator.observe.culprit import failure_record, failure_suspects, stall_suspects
-from stabletrain_operator.observe.pods import PodFacts, PodState, failure_evidence
+from stabletrain_operator.observe.pods import PodFacts, PodState
 from stabletrain_operator.observe.scrape import ScrapeResult
-from stabletrain_operator.observe.stall import RankProgress, judge_stall
+from stabletrain_operator.observe.stall import RankProgress
 from stabletrain_operator.plan.checkpoint import (
     choose_checkpoint,
     no_checkpoint_decision,
@@ -79,19 +76,15 @@ from stabletrain_operator.plan.skips import (
 from stabletrain_operator.pods import grace_seconds
 from stabletrain_operator.policy import (
     Decision,
-    Observation,
     PolicyLedger,
     decide,
-    manual_request,
     record,
-    scrape_observations,
-    stalled,
-    trip_observation,
-    worker_failure,
 )
 from stabletrain_operator.policy.action_kind import ActionKind, StatusCounter
 from stabletrain_operator.policy.action_registry import LIVE_ACTION_REASONS, kind_of
 from stabletrain_operator.policy.crashloop import crash_loop
+from stabletrain_operator.policy.incident import Incident, gather_observations
+from stabletrain_operator.policy.trips import pod_trips
 from stabletrain_operator.preflight.condition import (
     Notice,
     PreflightPodResult,
@@ -331,127 +324,6 @@ def _with_numbers(status: StableTrainingJobStatus, world: World) -> StableTraini
     )
 
 
-def _scraped_trips(status: StableTrainingJobStatus, world: World) -> list[TripReport]:
-    """Trip reports this tick's scrapes carry: a scrape that saw the signal decides before
-    the pods' termination messages arrive, and the pods are then stopped, so those
-    messages may never be read. The agent's own report of the trip still counts."""
-    return _of_attempt((s.latest_trip for s in _fresh(status, world)), status.attempt)
-
-
-TRIP_REPORTS_AWAITED = timedelta(seconds=10)
-"""How long a trip waits for the reports of the other ranks still running. All ranks trip at
-the same step (one consensus), but each pod reports its own node's checkpoints once it has
-flushed them: deciding on the first report and stopping the others at once planned without
-the newest checkpoint the others held (the HF e2e test, on a fast machine)."""
-
-
-def _reported_trips(
-    status: StableTrainingJobStatus, world: World, current: Sequence[PodFacts]
-) -> list[TripReport]:
-    """The attempt's trip reports from the pods' termination messages and from the scrapes
-    (a scrape can carry one before its pod ends), one per node, earliest onset first."""
-    by_node: dict[str, TripReport] = {}
-    for report in [*_trips(current, status.attempt), *_scraped_trips(status, world)]:
-        by_node.setdefault(report.node, report)
-    return _of_attempt(by_node.values(), status.attempt)
-
-
-def _awaiting_reports(
-    trips: Sequence[TripReport], current: Sequence[PodFacts], now: datetime
-) -> bool:
-    """A rank tripped and another still runs without having reported: wait for it, within
-    TRIP_REPORTS_AWAITED of the first trip, so the plan sees every node's checkpoints."""
-    reported = {t.node for t in trips}
-    waiting = [p for p in current if p.state is PodState.RUNNING and p.node not in reported]
-    return bool(waiting) and now - min(t.tripped_at for t in trips) < TRIP_REPORTS_AWAITED
-
-
-def _trips(current: Sequence[PodFacts], attempt: int) -> list[TripReport]:
-    return _of_attempt((p.trip for p in current), attempt)
-
-
-def _of_attempt(reports: Iterable[TripReport | None], attempt: int) -> list[TripReport]:
-    """The attempt's trip reports, earliest onset first."""
-    trips = [t for t in reports if t is not None and t.attempt == attempt]
-    return sorted(trips, key=lambda t: (t.onset_step, t.step, t.node))
-
-
-@dataclass(frozen=True)
-class Incident:
-    """Who this tick's stop would be attributed to, and how the attempt failed."""
-
-    suspects: tuple[Suspect, ...] = ()
-    failure: FailureRecord | None = None
-    every_rank_failed: bool = False
-
-
-def _observations(
-    status: StableTrainingJobStatus, world: World, current: Sequence[PodFacts]
-) -> tuple[list[Observation], list[TripReport], Incident]:
-    observations: list[Observation] = []
-    incident = Incident()
-    manual = world.spec.manual_rollback
-    handled = {status.last_manual_request_id, world.ledger.last_manual_request_id}
-    if manual is not None and manual.request_id not in handled:
-        observations.append(
-            manual_request(
-                request_id=manual.request_id,
-                step=status.step,
-                to_step=manual.to_step,
-                lr_factor=manual.lr_factor,
-                skip=manual.skip,
-                reason=manual.reason,
-            )
-        )
-    trips = _reported_trips(status, world, current)
-    signals: list[Observation] = []
-    if trips and _awaiting_reports(trips, current, world.now):
-        return observations, trips, incident
-    if trips:
-        signals.append(trip_observation(trips))
-    else:
-        broken = [p for p in current if p.state in (PodState.FAILED, PodState.GONE)]
-        if broken:
-            suspects = failure_suspects(broken, world.spec.workers.nodes)
-            evidence = "; ".join(failure_evidence(p) for p in broken)
-            observations.append(worker_failure(step=status.step, evidence=evidence[:512]))
-            incident = Incident(
-                suspects=suspects,
-                failure=failure_record(
-                    status.attempt,
-                    broken,
-                    suspects,
-                    progressed=status.attempt_progressed,
-                    step=status.step,
-                ),
-                every_rank_failed=len(broken) >= world.spec.workers.nodes
-                and all(p.state is PodState.FAILED for p in broken),
-            )
-        else:
-            verdict = judge_stall(
-                world.progress, stall_seconds=world.spec.detection.stall_seconds, now=world.now
-            )
-            if verdict is not None:
-                observations.append(stalled(step=verdict.last_step, evidence=verdict.evidence))
-                incident = Incident(suspects=stall_suspects(verdict))
-    signals += scrape_observations(_fresh(status, world))
-    confirming = _confirming_onset(status)
-    if confirming is not None:
-        signals = [dataclasses.replace(o, recurrence_of=confirming) for o in signals]
-    return observations + signals, trips, incident
-
-
-def _confirming_onset(status: StableTrainingJobStatus) -> int | None:
-    """The onset of the rollback being confirmed: a signal before it is confirmed is a
-    recurrence of that incident, not a new one."""
-    plan = status.plan
-    if status.phase is not Phase.CONFIRMING or plan is None:
-        return None
-    if not kind_of(plan.action).goes_before_onset:
-        return None
-    return plan.onset_step
-
-
 def _running(status: StableTrainingJobStatus, world: World) -> Transition:
     current = _current(status, world)
     status = _with_numbers(status, world)
@@ -465,7 +337,15 @@ def _running(status: StableTrainingJobStatus, world: World) -> Transition:
     unrestorable = _restore_failures(status, current)
     if unrestorable:
         return _replan(status, world, unrestorable)
-    observations, trips, incident = _observations(status, world, current)
+    observations, trips, incident = gather_observations(
+        status,
+        world.spec,
+        world.ledger,
+        current=current,
+        fresh=_fresh(status, world),
+        progress=world.progress,
+        now=world.now,
+    )
     decision = decide(
         world.spec.recovery, observations, world.ledger, now=world.now, lr_scale=status.lr_scale
     )
@@ -898,7 +778,7 @@ def _late_trips(
     """Trip reports that arrived after the decision (a scrape saw the signal first, or the
     other pods' reports came later): their inventory joins the choice, and the attempt's
     trip is counted once (status.lastTrip records which attempt it belongs to)."""
-    trips = _trips(world.pods, attempt)
+    trips = pod_trips(world.pods, attempt)
     if not trips:
         return status
     updates: dict[str, object] = {"checkpoints": merged_inventory(status.checkpoints, trips=trips)}
