@@ -13,7 +13,7 @@ the same action exactly once.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -29,20 +29,38 @@ from stabletrain_operator.api.status import (
     EXCLUDED_MAX,
     HISTORY_MAX,
     SKIP_RANGES_INLINE_MAX,
-    FailureRecord,
+    Counters,
     Plan,
     RollbackRecord,
     StableTrainingJobStatus,
-    Suspect,
     rounded_loss,
 )
-from stabletrain_operator.conditions import condition, set_condition
+from stabletrain_operator.conditions import condition
 from stabletrain_operator.finite import finite_or
+from stabletrain_operator.job_conditions import (
+    CREATED_SUSPENDED,
+    FAILED_BY_POLICY,
+    FAILED_NO_PODS,
+    NO_SIGNAL_FIRES,
+    NO_SIGNAL_YET,
+    RELAUNCHING_AFTER_SUSPEND,
+    SUSPENDED_NO_PODS,
+    clear_healthy,
+    clear_ready,
+    clear_recovering,
+    clear_suspended,
+    set_budget_exhausted,
+    set_complete,
+    set_failed,
+    set_healthy,
+    set_ready,
+    set_recovering,
+    set_suspended,
+)
 from stabletrain_operator.observe.completion import with_final_numbers
-from stabletrain_operator.observe.culprit import failure_record, failure_suspects, stall_suspects
-from stabletrain_operator.observe.pods import PodFacts, PodState, failure_evidence
+from stabletrain_operator.observe.pods import PodFacts, PodState
 from stabletrain_operator.observe.scrape import ScrapeResult
-from stabletrain_operator.observe.stall import RankProgress, judge_stall
+from stabletrain_operator.observe.stall import RankProgress
 from stabletrain_operator.plan.checkpoint import (
     choose_checkpoint,
     no_checkpoint_decision,
@@ -61,17 +79,15 @@ from stabletrain_operator.pods import grace_seconds
 from stabletrain_operator.policy import (
     Decision,
     Deferral,
-    Observation,
     PolicyLedger,
     evaluate,
-    manual_request,
     record,
-    scrape_observations,
-    stalled,
-    trip_observation,
-    worker_failure,
 )
+from stabletrain_operator.policy.action_kind import ActionKind, StatusCounter
+from stabletrain_operator.policy.action_registry import LIVE_ACTION_REASONS, kind_of
 from stabletrain_operator.policy.crashloop import crash_loop
+from stabletrain_operator.policy.incident import Incident, gather_observations
+from stabletrain_operator.policy.trips import pod_trips
 from stabletrain_operator.preflight.condition import (
     Notice,
     PreflightPodResult,
@@ -155,8 +171,9 @@ class Event:
 
 
 @dataclass(frozen=True)
-class Step:
-    """The next status and the effects around its write."""
+class Transition:
+    """The next status and the effects around its write: what one reconcile tick moves the
+    job to (named apart from a training step, which status counts in `step`)."""
 
     status: StableTrainingJobStatus
     ledger: PolicyLedger
@@ -173,23 +190,26 @@ class Step:
     """Why each firing signal set aside this tick changed nothing, for the daemon's log."""
 
 
-def advance(status: StableTrainingJobStatus, world: World) -> Step:
+def advance(status: StableTrainingJobStatus, world: World) -> Transition:
     """One transition (or none) of the job, as a pure function."""
     status = _expire_suspects(status, world)
     handler = _HANDLERS[status.phase]
-    step = handler(status, world)
+    transition = handler(status, world)
     reported = from_running_pods(
-        step.status,
+        transition.status,
         world.spec,
         [r.status for r in world.scrapes if r.status is not None],
         now=world.now,
         generation=world.generation,
     )
     final = reported.status.model_copy(
-        update={"observed_generation": world.generation, "policy_ledger": step.ledger.to_status()}
+        update={
+            "observed_generation": world.generation,
+            "policy_ledger": transition.ledger.to_status(),
+        }
     )
     return dataclasses.replace(
-        _replace_status(step, final), events=(*step.events, *_events(reported.notices))
+        transition, status=final, events=(*transition.events, *_events(reported.notices))
     )
 
 
@@ -204,25 +224,6 @@ def _events(notices: Sequence[Notice]) -> tuple[Event, ...]:
     return tuple(Event(n.type, n.reason, n.message) for n in notices)
 
 
-def _replace_status(step: Step, status: StableTrainingJobStatus) -> Step:
-    return dataclasses.replace(step, status=status)
-
-
-def _cond(
-    status: StableTrainingJobStatus,
-    world: World,
-    kind: ConditionType,
-    *,
-    ok: bool,
-    reason: Reason | str,
-    message: str,
-) -> StableTrainingJobStatus:
-    conditions = set_condition(
-        status.conditions, kind, ok, reason, message, now=world.now, generation=world.generation
-    )
-    return status.model_copy(update={"conditions": conditions})
-
-
 def _recorded(status: StableTrainingJobStatus, entry: RollbackRecord) -> StableTrainingJobStatus:
     """status with one more decision in its bounded history (oldest dropped)."""
     history = (*status.rollback_history, entry)[-HISTORY_MAX:]
@@ -233,16 +234,10 @@ def _live_record(
     status: StableTrainingJobStatus, world: World, decision: Decision
 ) -> RollbackRecord:
     """A decision that launches nothing (ReduceLR, Alert) as a history entry."""
-    return RollbackRecord(
+    return RollbackRecord.from_decision(
+        decision,
         time=world.now,
-        action=decision.action,
-        reason=decision.reason,
-        rule=decision.rule,
-        request_id=decision.request_id,
-        signal=decision.signal,
-        anomaly_class=decision.anomaly_class,
-        onset_step=decision.onset_step,
-        from_step=decision.step if decision.step is not None else (status.step or 0),
+        reached_step=status.step,
         lr_scale=status.lr_scale,
         attempt=status.attempt,
     )
@@ -251,17 +246,15 @@ def _live_record(
 # --- Pending --------------------------------------------------------------------------------
 
 
-def _pending(status: StableTrainingJobStatus, world: World) -> Step:
+def _pending(status: StableTrainingJobStatus, world: World) -> Transition:
     if world.spec.suspend:
-        suspended = _cond(
+        suspended = set_suspended(
             status.model_copy(update={"phase": Phase.SUSPENDED}),
             world,
-            ConditionType.SUSPENDED,
-            ok=True,
             reason=Reason.SUSPENDED,
-            message="created suspended",
+            message=CREATED_SUSPENDED,
         )
-        return Step(suspended, world.ledger)
+        return Transition(suspended, world.ledger)
     preflight_events: tuple[Event, ...] = ()
     if world.spec.preflight.mode is PreflightMode.REFUSE:
         checked = gate(
@@ -269,7 +262,7 @@ def _pending(status: StableTrainingJobStatus, world: World) -> Step:
         )
         preflight_events = _events(checked.outcome.notices)
         if not checked.proceed:
-            return Step(checked.outcome.status, world.ledger, events=preflight_events)
+            return Transition(checked.outcome.status, world.ledger, events=preflight_events)
         status = checked.outcome.status
     directives = attempt_directives(
         world.spec,
@@ -284,19 +277,12 @@ def _pending(status: StableTrainingJobStatus, world: World) -> Step:
     running = status.model_copy(
         update={"phase": Phase.RUNNING, "attempt": 0, "directives_generation": 1, "lr_scale": 1.0}
     )
-    running = _cond(
-        running,
-        world,
-        ConditionType.READY,
-        ok=False,
-        reason=Reason.CREATED,
-        message=f"created {nodes} worker pod(s) of attempt 0",
+    running = clear_ready(
+        running, world, reason=Reason.CREATED, message=f"created {nodes} worker pod(s) of attempt 0"
     )
-    running = _cond(
-        running, world, ConditionType.HEALTHY, ok=True, reason=Reason.NO_SIGNAL, message="no signal"
-    )
+    running = set_healthy(running, world, message=NO_SIGNAL_YET)
     message = f"attempt 0: {nodes} pod(s), rendezvous id {naming.rendezvous_id(world.job, 0)}"
-    return Step(
+    return Transition(
         running,
         world.ledger,
         launch=Launch(directives, (None,) * nodes),
@@ -339,126 +325,7 @@ def _with_numbers(status: StableTrainingJobStatus, world: World) -> StableTraini
     )
 
 
-def _scraped_trips(status: StableTrainingJobStatus, world: World) -> list[TripReport]:
-    """Trip reports this tick's scrapes carry: a scrape that saw the signal decides before
-    the pods' termination messages arrive, and the pods are then stopped, so those
-    messages may never be read. The agent's own report of the trip still counts."""
-    return _of_attempt((s.latest_trip for s in _fresh(status, world)), status.attempt)
-
-
-TRIP_REPORTS_AWAITED = timedelta(seconds=10)
-"""How long a trip waits for the reports of the other ranks still running. All ranks trip at
-the same step (one consensus), but each pod reports its own node's checkpoints once it has
-flushed them: deciding on the first report and stopping the others at once planned without
-the newest checkpoint the others held (the HF e2e test, on a fast machine)."""
-
-
-def _reported_trips(
-    status: StableTrainingJobStatus, world: World, current: Sequence[PodFacts]
-) -> list[TripReport]:
-    """The attempt's trip reports from the pods' termination messages and from the scrapes
-    (a scrape can carry one before its pod ends), one per node, earliest onset first."""
-    by_node: dict[str, TripReport] = {}
-    for report in [*_trips(current, status.attempt), *_scraped_trips(status, world)]:
-        by_node.setdefault(report.node, report)
-    return _of_attempt(by_node.values(), status.attempt)
-
-
-def _awaiting_reports(
-    trips: Sequence[TripReport], current: Sequence[PodFacts], now: datetime
-) -> bool:
-    """A rank tripped and another still runs without having reported: wait for it, within
-    TRIP_REPORTS_AWAITED of the first trip, so the plan sees every node's checkpoints."""
-    reported = {t.node for t in trips}
-    waiting = [p for p in current if p.state is PodState.RUNNING and p.node not in reported]
-    return bool(waiting) and now - min(t.tripped_at for t in trips) < TRIP_REPORTS_AWAITED
-
-
-def _trips(current: Sequence[PodFacts], attempt: int) -> list[TripReport]:
-    return _of_attempt((p.trip for p in current), attempt)
-
-
-def _of_attempt(reports: Iterable[TripReport | None], attempt: int) -> list[TripReport]:
-    """The attempt's trip reports, earliest onset first."""
-    trips = [t for t in reports if t is not None and t.attempt == attempt]
-    return sorted(trips, key=lambda t: (t.onset_step, t.step, t.node))
-
-
-@dataclass(frozen=True)
-class Incident:
-    """Who this tick's stop would be attributed to, and how the attempt failed."""
-
-    suspects: tuple[Suspect, ...] = ()
-    failure: FailureRecord | None = None
-    every_rank_failed: bool = False
-
-
-def _observations(
-    status: StableTrainingJobStatus, world: World, current: Sequence[PodFacts]
-) -> tuple[list[Observation], list[TripReport], Incident]:
-    observations: list[Observation] = []
-    incident = Incident()
-    manual = world.spec.manual_rollback
-    handled = {status.last_manual_request_id, world.ledger.last_manual_request_id}
-    if manual is not None and manual.request_id not in handled:
-        observations.append(
-            manual_request(
-                request_id=manual.request_id,
-                step=status.step,
-                to_step=manual.to_step,
-                lr_factor=manual.lr_factor,
-                skip=manual.skip,
-                reason=manual.reason,
-            )
-        )
-    trips = _reported_trips(status, world, current)
-    signals: list[Observation] = []
-    if trips and _awaiting_reports(trips, current, world.now):
-        return observations, trips, incident
-    if trips:
-        signals.append(trip_observation(trips))
-    else:
-        broken = [p for p in current if p.state in (PodState.FAILED, PodState.GONE)]
-        if broken:
-            suspects = failure_suspects(broken, world.spec.workers.nodes)
-            evidence = "; ".join(failure_evidence(p) for p in broken)
-            observations.append(worker_failure(step=status.step, evidence=evidence[:512]))
-            incident = Incident(
-                suspects=suspects,
-                failure=failure_record(
-                    status.attempt,
-                    broken,
-                    suspects,
-                    progressed=status.attempt_progressed,
-                    step=status.step,
-                ),
-                every_rank_failed=len(broken) >= world.spec.workers.nodes
-                and all(p.state is PodState.FAILED for p in broken),
-            )
-        else:
-            verdict = judge_stall(
-                world.progress, stall_seconds=world.spec.detection.stall_seconds, now=world.now
-            )
-            if verdict is not None:
-                observations.append(stalled(step=verdict.last_step, evidence=verdict.evidence))
-                incident = Incident(suspects=stall_suspects(verdict))
-    signals += scrape_observations(_fresh(status, world))
-    confirming = _confirming_onset(status)
-    if confirming is not None:
-        signals = [dataclasses.replace(o, recurrence_of=confirming) for o in signals]
-    return observations + signals, trips, incident
-
-
-def _confirming_onset(status: StableTrainingJobStatus) -> int | None:
-    """The onset of the rollback being confirmed: a signal before it is confirmed is a
-    recurrence of that incident, not a new one."""
-    plan = status.plan
-    if status.phase is not Phase.CONFIRMING or plan is None or plan.action is not Action.ROLLBACK:
-        return None
-    return plan.onset_step
-
-
-def _running(status: StableTrainingJobStatus, world: World) -> Step:
+def _running(status: StableTrainingJobStatus, world: World) -> Transition:
     current = _current(status, world)
     status = _with_numbers(status, world)
     if world.spec.suspend and status.phase is Phase.RUNNING:
@@ -471,20 +338,28 @@ def _running(status: StableTrainingJobStatus, world: World) -> Step:
     unrestorable = _restore_failures(status, current)
     if unrestorable:
         return _replan(status, world, unrestorable)
-    observations, trips, incident = _observations(status, world, current)
+    observations, trips, incident = gather_observations(
+        status,
+        world.spec,
+        world.ledger,
+        current=current,
+        fresh=_fresh(status, world),
+        progress=world.progress,
+        now=world.now,
+    )
     evaluation = evaluate(
         world.spec.recovery, observations, world.ledger, now=world.now, lr_scale=status.lr_scale
     )
     decision = evaluation.decision
     if decision is not None:
-        step = _act(
+        transition = _act(
             status, world, _crash_looped(status, world, decision, incident), trips, incident
         )
     else:
-        step = _keep_running(status, world, current)
-        if step.status.phase is Phase.CONFIRMING:
-            step = _confirm(step, world)
-    return dataclasses.replace(step, deferred=evaluation.deferred)
+        transition = _keep_running(status, world, current)
+        if transition.status.phase is Phase.CONFIRMING:
+            transition = _confirm(transition, world)
+    return dataclasses.replace(transition, deferred=evaluation.deferred)
 
 
 def _crash_looped(
@@ -492,7 +367,8 @@ def _crash_looped(
 ) -> Decision:
     """A restart after a worker failure becomes the crash-loop action when the failure
     completes a crash loop (policy/crashloop.py)."""
-    if decision.action is not Action.RESTART_FROM_LATEST or incident.failure is None:
+    restarts = kind_of(decision.action).counter is StatusCounter.RESTARTS
+    if not restarts or incident.failure is None:
         return decision
     loop = crash_loop(
         world.spec.recovery.crash_loop,
@@ -526,7 +402,7 @@ def _restore_failures(status: StableTrainingJobStatus, current: Sequence[PodFact
     ]
 
 
-def _replan(status: StableTrainingJobStatus, world: World, evidence: Sequence[str]) -> Step:
+def _replan(status: StableTrainingJobStatus, world: World, evidence: Sequence[str]) -> Transition:
     """The relaunch could not restore its target: plan the same action again without it.
 
     Same rule, bound, onset, LR and skip list, no budget counted: the decision stands, only
@@ -555,15 +431,13 @@ def _replan(status: StableTrainingJobStatus, world: World, evidence: Sequence[st
         }
     )
     stopping = status.model_copy(update={"phase": Phase.STOPPING, "plan": again})
-    stopping = _cond(
+    stopping = clear_ready(
         stopping,
         world,
-        ConditionType.READY,
-        ok=False,
         reason=Reason.RESTORE_FAILED,
         message=f"stopping every pod of attempt {status.attempt}: restore failed",
     )
-    return Step(
+    return Transition(
         stopping,
         world.ledger,
         delete_pods=tuple(sorted(p.name for p in world.pods)),
@@ -573,7 +447,7 @@ def _replan(status: StableTrainingJobStatus, world: World, evidence: Sequence[st
 
 def _keep_running(
     status: StableTrainingJobStatus, world: World, current: Sequence[PodFacts]
-) -> Step:
+) -> Transition:
     """No decision: conditions from what runs, and live directives to pods that lag."""
     fresh = _fresh(status, world)
     if not status.attempt_progressed and any(
@@ -583,44 +457,25 @@ def _keep_running(
     nodes = world.spec.workers.nodes
     running = sum(p.state is PodState.RUNNING for p in current)
     if running >= nodes and len(fresh) >= nodes:
-        status = _cond(
-            status,
-            world,
-            ConditionType.READY,
-            ok=True,
-            reason=Reason.PODS_RUNNING,
-            message=f"{running} pod(s) of attempt {status.attempt} run and report",
+        status = set_ready(
+            status, world, message=f"{running} pod(s) of attempt {status.attempt} run and report"
         )
     elif running < nodes:
-        status = _cond(
+        status = clear_ready(
             status,
             world,
-            ConditionType.READY,
-            ok=False,
             reason=Reason.PODS_NOT_READY,
             message=f"{running} of {nodes} pod(s) of attempt {status.attempt} run",
         )
     if fresh:
         firing = sorted({f.signal for s in fresh for f in s.firing})
         healthy = condition(status.conditions, ConditionType.HEALTHY)
-        alerted = healthy is not None and healthy.reason in (Reason.ALERTED, Reason.LR_REDUCED)
+        alerted = healthy is not None and healthy.reason in LIVE_ACTION_REASONS
         if not firing:
-            status = _cond(
-                status,
-                world,
-                ConditionType.HEALTHY,
-                ok=True,
-                reason=Reason.NO_SIGNAL,
-                message="no signal fires",
-            )
+            status = set_healthy(status, world, message=NO_SIGNAL_FIRES)
         elif not alerted:
-            status = _cond(
-                status,
-                world,
-                ConditionType.HEALTHY,
-                ok=False,
-                reason=Reason.SIGNAL_FIRING,
-                message=f"firing: {', '.join(firing)}",
+            status = clear_healthy(
+                status, world, reason=Reason.SIGNAL_FIRING, message=f"firing: {', '.join(firing)}"
             )
     lagging = tuple(
         sorted(
@@ -638,16 +493,16 @@ def _keep_running(
             generation=status.directives_generation,
             lr_scale=status.lr_scale,
         )
-    return Step(status, world.ledger, live=live, live_pods=lagging if live else ())
+    return Transition(status, world.ledger, live=live, live_pods=lagging if live else ())
 
 
-def _confirm(step: Step, world: World) -> Step:
+def _confirm(transition: Transition, world: World) -> Transition:
     """Confirming -> Running once the run is past the old onset with the signal quiet (see
     plan/confirm.py), or unconfirmed once recovery.confirmTimeoutSeconds ran out."""
-    status = step.status
+    status = transition.status
     plan = status.plan
     if plan is None:
-        return Step(status.model_copy(update={"phase": Phase.RUNNING}), step.ledger)
+        return Transition(status.model_copy(update={"phase": Phase.RUNNING}), transition.ledger)
     verdict = confirmation(
         plan,
         _fresh(status, world),
@@ -659,18 +514,16 @@ def _confirm(step: Step, world: World) -> Step:
         timeout=timedelta(seconds=world.spec.recovery.confirm_timeout_seconds),
     )
     if verdict.outcome is Outcome.WAITING:
-        return step
+        return transition
     confirmed = verdict.outcome is Outcome.CONFIRMED
     reason = Reason.ROLLBACK_CONFIRMED if confirmed else Reason.CONFIRMATION_TIMED_OUT
     done = status.model_copy(update={"phase": Phase.RUNNING, "plan": None})
-    done = _cond(
-        done, world, ConditionType.RECOVERING, ok=False, reason=reason, message=verdict.message
-    )
+    done = clear_recovering(done, world, reason=reason, message=verdict.message)
     event = Event("Normal" if confirmed else "Warning", reason, verdict.message[:1024])
-    return Step(done, step.ledger, events=(*step.events, event))
+    return Transition(done, transition.ledger, events=(*transition.events, event))
 
 
-def _suspend(status: StableTrainingJobStatus, world: World) -> Step:
+def _suspend(status: StableTrainingJobStatus, world: World) -> Transition:
     """spec.suspend: ask every pod for a final checkpoint (a live directive), wait for each
     to report it saved and flushed to the PFS, at most SUSPEND_SAVE_SECONDS, then stop."""
     reachable = tuple(
@@ -688,14 +541,7 @@ def _suspend(status: StableTrainingJobStatus, world: World) -> Step:
             f"spec.suspend is true: every pod saves a final checkpoint (at most "
             f"{SUSPEND_SAVE.total_seconds():.0f} s), then every pod stops"
         )
-        saving = _cond(
-            saving,
-            world,
-            ConditionType.SUSPENDED,
-            ok=True,
-            reason=Reason.SAVING_BEFORE_SUSPEND,
-            message=message,
-        )
+        saving = set_suspended(saving, world, reason=Reason.SAVING_BEFORE_SUSPEND, message=message)
         live = live_directives(
             world.attempt_directives,
             generation=request,
@@ -703,7 +549,7 @@ def _suspend(status: StableTrainingJobStatus, world: World) -> Step:
             save_request=request,
         )
         event = Event("Normal", Reason.SAVING_BEFORE_SUSPEND, message)
-        return Step(saving, world.ledger, live=live, live_pods=reachable, events=(event,))
+        return Transition(saving, world.ledger, live=live, live_pods=reachable, events=(event,))
     fresh = _fresh(status, world)
     answered = {s.node_rank: s.saved_step for s in fresh if s.saved_request >= request}
     waited = world.now - _suspended_since(status, world)
@@ -721,7 +567,7 @@ def _suspend(status: StableTrainingJobStatus, world: World) -> Step:
                 lr_scale=status.lr_scale,
                 save_request=request,
             )
-        return Step(status, world.ledger, live=resend, live_pods=lagging if resend else ())
+        return Transition(status, world.ledger, live=resend, live_pods=lagging if resend else ())
     saved = {step for step in answered.values()}
     if len(answered) >= world.spec.workers.nodes and len(saved) == 1 and None not in saved:
         why = f"every pod saved the final checkpoint of step {saved.pop()} to both tiers"
@@ -734,20 +580,13 @@ def _suspend(status: StableTrainingJobStatus, world: World) -> Step:
     return _stop_suspended(status, world, why)
 
 
-def _stop_suspended(status: StableTrainingJobStatus, world: World, why: str) -> Step:
+def _stop_suspended(status: StableTrainingJobStatus, world: World, why: str) -> Transition:
     stopping = status.model_copy(
         update={"phase": Phase.STOPPING, "plan": None, "save_request": None}
     )
     message = f"spec.suspend is true: {why}; stopping every pod"
-    stopping = _cond(
-        stopping,
-        world,
-        ConditionType.SUSPENDED,
-        ok=True,
-        reason=Reason.SUSPENDED,
-        message=message,
-    )
-    return Step(
+    stopping = set_suspended(stopping, world, reason=Reason.SUSPENDED, message=message)
+    return Transition(
         stopping,
         world.ledger,
         delete_pods=tuple(p.name for p in world.pods),
@@ -755,7 +594,7 @@ def _stop_suspended(status: StableTrainingJobStatus, world: World, why: str) -> 
     )
 
 
-def _succeeded(status: StableTrainingJobStatus, world: World) -> Step:
+def _succeeded(status: StableTrainingJobStatus, world: World) -> Transition:
     """Training complete. A relaunch still Confirming is confirmed by it: every pod trained
     to the end, past the old onset, and none tripped (a scrape may not have seen it pass)."""
     events: tuple[Event, ...] = ()
@@ -765,31 +604,17 @@ def _succeeded(status: StableTrainingJobStatus, world: World) -> Step:
         confirmed = (
             f"attempt {status.attempt} trained to the end past step {bar or 0} without a trip"
         )
-        status = _cond(
-            status,
-            world,
-            ConditionType.RECOVERING,
-            ok=False,
-            reason=Reason.ROLLBACK_CONFIRMED,
-            message=confirmed,
+        status = clear_recovering(
+            status, world, reason=Reason.ROLLBACK_CONFIRMED, message=confirmed
         )
         events = (Event("Normal", Reason.ROLLBACK_CONFIRMED, confirmed),)
     final = with_final_numbers(status, _current(status, world))
     done = final.model_copy(update={"phase": Phase.SUCCEEDED, "plan": None})
     message = f"every worker of attempt {status.attempt} succeeded"
-    done = _cond(
-        done,
-        world,
-        ConditionType.COMPLETE,
-        ok=True,
-        reason=Reason.TRAINING_COMPLETE,
-        message=message,
-    )
-    done = _cond(
-        done, world, ConditionType.READY, ok=False, reason=Reason.TRAINING_COMPLETE, message=message
-    )
+    done = set_complete(done, world, message=message)
+    done = clear_ready(done, world, reason=Reason.TRAINING_COMPLETE, message=message)
     complete = Event("Normal", Reason.TRAINING_COMPLETE, message)
-    return Step(done, world.ledger, events=(*events, complete))
+    return Transition(done, world.ledger, events=(*events, complete))
 
 
 def _act(
@@ -798,30 +623,24 @@ def _act(
     decision: Decision,
     trips: Sequence[TripReport],
     incident: Incident,
-) -> Step:
+) -> Transition:
     """Carry a decision into status: a plan for stopping actions, a change for live ones."""
     ledger = record(world.ledger, decision, now=world.now)
-    kind = "Normal" if decision.action is Action.REDUCE_LR else "Warning"
-    event = Event(kind, decision.reason, f"{decision.action}: {decision.message}"[:1024])
-    counters = status.counters
-    if decision.action is Action.REDUCE_LR and decision.lr_scale is not None:
-        changed = status.model_copy(
+    kind = kind_of(decision.action)
+    event = Event(kind.event_type, decision.reason, f"{decision.action}: {decision.message}"[:1024])
+    if kind.stops_the_run:
+        return _stop_for(
+            status, world, decision, trips=trips, ledger=ledger, event=event, incident=incident
+        )
+    counted = status.model_copy(update={"counters": _counted(status.counters, kind)})
+    if decision.lr_scale is not None:
+        changed = counted.model_copy(
             update={
                 "lr_scale": decision.lr_scale,
                 "directives_generation": status.directives_generation + 1,
-                "counters": counters.model_copy(
-                    update={"lr_reductions": counters.lr_reductions + 1}
-                ),
             }
         )
-        changed = _cond(
-            changed,
-            world,
-            ConditionType.HEALTHY,
-            ok=False,
-            reason=decision.reason,
-            message=decision.message,
-        )
+        changed = clear_healthy(changed, world, reason=decision.reason, message=decision.message)
         changed = _recorded(changed, _live_record(changed, world, decision))
         live = None
         if world.attempt_directives is not None:
@@ -831,7 +650,7 @@ def _act(
                 lr_scale=decision.lr_scale,
             )
         pods = tuple(sorted(p.name for p in _current(status, world) if p.ip))
-        return Step(
+        return Transition(
             changed,
             ledger,
             live=live,
@@ -839,23 +658,19 @@ def _act(
             events=(event,),
             decision=decision,
         )
-    if not decision.stops_the_run:
-        alerted = status.model_copy(
-            update={"counters": counters.model_copy(update={"alerts": counters.alerts + 1})}
-        )
-        alerted = _cond(
-            alerted,
-            world,
-            ConditionType.HEALTHY,
-            ok=False,
-            reason=Reason.ALERTED,
-            message=f"{decision.signal}: {decision.message}",
-        )
-        alerted = _recorded(alerted, _live_record(alerted, world, decision))
-        return Step(alerted, ledger, events=(event,), decision=decision)
-    return _stop_for(
-        status, world, decision, trips=trips, ledger=ledger, event=event, incident=incident
+    alerted = clear_healthy(
+        counted, world, reason=kind.reason, message=f"{decision.signal}: {decision.message}"
     )
+    alerted = _recorded(alerted, _live_record(alerted, world, decision))
+    return Transition(alerted, ledger, events=(event,), decision=decision)
+
+
+def _counted(counters: Counters, kind: ActionKind) -> Counters:
+    """The counters with the action's own one added (a Fail has none)."""
+    if kind.counter is None:
+        return counters
+    name = kind.counter.value
+    return counters.model_copy(update={name: getattr(counters, name) + 1})
 
 
 def _stop_for(
@@ -867,31 +682,17 @@ def _stop_for(
     ledger: PolicyLedger,
     event: Event,
     incident: Incident,
-) -> Step:
-    counters = status.counters
-    updates = {
-        "rollbacks": counters.rollbacks + (decision.action is Action.ROLLBACK),
-        "restarts": counters.restarts + (decision.action is Action.RESTART_FROM_LATEST),
-        "trips": counters.trips + bool(trips),
-    }
-    from_step = decision.step if decision.step is not None else (status.step or 0)
-    plan = Plan(
-        action=decision.action,
-        rule=decision.rule,
-        request_id=decision.request_id,
-        signal=decision.signal,
-        anomaly_class=decision.anomaly_class,
-        onset_step=decision.onset_step,
-        from_step=from_step,
+) -> Transition:
+    kind = kind_of(decision.action)
+    counters = _counted(status.counters, kind)
+    counters = counters.model_copy(update={"trips": counters.trips + bool(trips)})
+    plan = Plan.from_decision(
+        decision,
         started_at=world.now,
+        reached_step=status.step,
         from_attempt=status.attempt,
-        next_attempt=status.attempt + 1,
-        lr_scale=decision.lr_scale,
-        rewarmup_steps=decision.rewarmup_steps or 0,
         added_skip=skipping_repeat_suspects(decision.skip, world.skip_ranges)[:8],
-        recurrence=decision.escalation_level,
         suspects=incident.suspects[:8],
-        backoff_seconds=decision.backoff_seconds,
         confirm_step=confirm_step(
             decision.action, decision.signal, decision.onset_step, world.spec.detection
         ),
@@ -906,38 +707,24 @@ def _stop_for(
             "plan": plan,
             "suspect_nodes": suspect_nodes,
             "last_failure": incident.failure or status.last_failure,
-            "counters": counters.model_copy(update=updates),
+            "counters": counters,
             "last_trip": trips[0] if trips else status.last_trip,
             "checkpoints": merged_inventory(status.checkpoints, trips=trips),
             "last_manual_request_id": decision.request_id or status.last_manual_request_id,
         }
     )
-    stopping = _cond(
+    stopping = set_recovering(stopping, world, reason=decision.reason, message=decision.message)
+    stopping = clear_ready(
         stopping,
         world,
-        ConditionType.RECOVERING,
-        ok=True,
-        reason=decision.reason,
-        message=decision.message,
-    )
-    stopping = _cond(
-        stopping,
-        world,
-        ConditionType.READY,
-        ok=False,
         reason=decision.reason,
         message=f"stopping every pod of attempt {status.attempt} for {decision.action}",
     )
-    if decision.action is not Action.RESTART_FROM_LATEST:
-        stopping = _cond(
-            stopping,
-            world,
-            ConditionType.HEALTHY,
-            ok=False,
-            reason=decision.reason,
-            message=decision.evidence or decision.message,
+    if kind.counter is not StatusCounter.RESTARTS:  # a fault outside the model
+        stopping = clear_healthy(
+            stopping, world, reason=decision.reason, message=decision.evidence or decision.message
         )
-    return Step(
+    return Transition(
         stopping,
         ledger,
         delete_pods=tuple(sorted(p.name for p in world.pods)),
@@ -957,7 +744,7 @@ def _pre_spike_baseline(status: StableTrainingJobStatus) -> float | None:
 # --- Stopping -------------------------------------------------------------------------------
 
 
-def _stopping(status: StableTrainingJobStatus, world: World) -> Step:
+def _stopping(status: StableTrainingJobStatus, world: World) -> Transition:
     plan = status.plan
     if plan is not None:
         status = _late_trips(status, world, plan.from_attempt)
@@ -971,7 +758,7 @@ def _stopping(status: StableTrainingJobStatus, world: World) -> Step:
         # A pod already being deleted is not asked again (a 256-pod job's every tick
         # would be 256 requests) until the grace is over and it is forced.
         asked = [p for p in world.pods if force or not p.deleting]
-        return Step(
+        return Transition(
             status,
             world.ledger,
             delete_pods=tuple(sorted(p.name for p in asked)),
@@ -979,19 +766,14 @@ def _stopping(status: StableTrainingJobStatus, world: World) -> Step:
         )
     if plan is None:
         suspended = status.model_copy(update={"phase": Phase.SUSPENDED})
-        suspended = _cond(
-            suspended,
-            world,
-            ConditionType.READY,
-            ok=False,
-            reason=Reason.SUSPENDED,
-            message="suspended: no pods run",
+        suspended = clear_ready(
+            suspended, world, reason=Reason.SUSPENDED, message=SUSPENDED_NO_PODS
         )
-        return Step(suspended, world.ledger)
-    if plan.action is Action.FAIL:
+        return Transition(suspended, world.ledger)
+    if kind_of(plan.action).ends_the_job:
         return _failed(status, world, *_recovering_reason(status))
     planning = status.model_copy(update={"phase": Phase.PLANNING})
-    return Step(planning, world.ledger)
+    return Transition(planning, world.ledger)
 
 
 def _late_trips(
@@ -1000,7 +782,7 @@ def _late_trips(
     """Trip reports that arrived after the decision (a scrape saw the signal first, or the
     other pods' reports came later): their inventory joins the choice, and the attempt's
     trip is counted once (status.lastTrip records which attempt it belongs to)."""
-    trips = _trips(world.pods, attempt)
+    trips = pod_trips(world.pods, attempt)
     if not trips:
         return status
     updates: dict[str, object] = {"checkpoints": merged_inventory(status.checkpoints, trips=trips)}
@@ -1019,58 +801,43 @@ def _suspended_since(status: StableTrainingJobStatus, world: World) -> datetime:
 def _recovering_reason(status: StableTrainingJobStatus) -> tuple[str, str]:
     recovering = condition(status.conditions, ConditionType.RECOVERING)
     if recovering is None:
-        return Reason.FAILED_BY_POLICY.value, "the policy failed the job"
+        return Reason.FAILED_BY_POLICY.value, FAILED_BY_POLICY
     return recovering.reason, recovering.message
 
 
-def _failed(status: StableTrainingJobStatus, world: World, reason: str, message: str) -> Step:
+def _failed(status: StableTrainingJobStatus, world: World, reason: str, message: str) -> Transition:
     """The job ends Failed; the history records the Fail with what it answered."""
     plan = status.plan
     if plan is not None:
-        status = _recorded(
-            status,
-            RollbackRecord(
-                time=world.now,
-                action=Action.FAIL,
-                reason=reason,
-                rule=plan.rule,
-                request_id=plan.request_id,
-                signal=plan.signal,
-                anomaly_class=plan.anomaly_class,
-                onset_step=plan.onset_step,
-                from_step=plan.from_step,
-                lr_scale=status.lr_scale,
-                attempt=status.attempt,
-            ),
+        failing = RollbackRecord.failing(
+            plan, time=world.now, reason=reason, lr_scale=status.lr_scale, attempt=status.attempt
         )
+        status = _recorded(status, failing)
     failed = status.model_copy(update={"phase": Phase.FAILED, "plan": None})
-    failed = _cond(failed, world, ConditionType.FAILED, ok=True, reason=reason, message=message)
-    failed = _cond(
-        failed, world, ConditionType.RECOVERING, ok=False, reason=reason, message=message
-    )
-    failed = _cond(
-        failed, world, ConditionType.READY, ok=False, reason=reason, message="failed: no pods run"
-    )
+    failed = set_failed(failed, world, reason=reason, message=message)
+    failed = clear_recovering(failed, world, reason=reason, message=message)
+    failed = clear_ready(failed, world, reason=reason, message=FAILED_NO_PODS)
     if reason in (Reason.ROLLBACK_BUDGET_EXHAUSTED, Reason.RESTART_BUDGET_EXHAUSTED):
-        failed = _cond(
-            failed, world, ConditionType.BUDGET_EXHAUSTED, ok=True, reason=reason, message=message
-        )
-    return Step(failed, world.ledger, events=(Event("Warning", reason, f"failed: {message}"),))
+        failed = set_budget_exhausted(failed, world, reason=reason, message=message)
+    return Transition(
+        failed, world.ledger, events=(Event("Warning", reason, f"failed: {message}"),)
+    )
 
 
 # --- Planning -------------------------------------------------------------------------------
 
 
-def _planning(status: StableTrainingJobStatus, world: World) -> Step:
+def _planning(status: StableTrainingJobStatus, world: World) -> Transition:
     plan = status.plan
     if plan is None:
-        return Step(status.model_copy(update={"phase": Phase.RUNNING}), world.ledger)
-    restarting = plan.action is Action.RESTART_FROM_LATEST and plan.rule != RESUME_RULE
+        return Transition(status.model_copy(update={"phase": Phase.RUNNING}), world.ledger)
+    kind = kind_of(plan.action)
+    restarting = kind.counter is StatusCounter.RESTARTS and plan.rule != RESUME_RULE
     backoff = restart_backoff(status.counters.restarts)
     if plan.backoff_seconds is not None:
         backoff = timedelta(seconds=plan.backoff_seconds)
     if restarting and world.now - plan.started_at < backoff:
-        return Step(status, world.ledger)
+        return Transition(status, world.ledger)
     # BothTiers asks for a local copy on every node the relaunch prefers; a rank whose
     # node is avoided lands on a node not known yet and re-seeds from the PFS.
     nodes = [n for n in _preferred_nodes(status, world)[0] if n] or sorted(
@@ -1081,7 +848,7 @@ def _planning(status: StableTrainingJobStatus, world: World) -> Step:
         step_bound(plan, world.spec),
         nodes,
         selection=world.spec.checkpoints.selection,
-        onset=plan.onset_step if plan.action is Action.ROLLBACK else None,
+        onset=plan.onset_step if kind.goes_before_onset else None,
         when_none=no_checkpoint_decision(plan, world.spec),
         excluded=plan.excluded_steps,
     )
@@ -1104,24 +871,19 @@ def _planning(status: StableTrainingJobStatus, world: World) -> Step:
         f"skip {skipped}"
     )
     relaunching = status.model_copy(update={"phase": Phase.RELAUNCHING, "plan": planned})
-    relaunching = _cond(
-        relaunching,
-        world,
-        ConditionType.RECOVERING,
-        ok=True,
-        reason=_recovering_reason(status)[0],
-        message=message,
+    relaunching = set_recovering(
+        relaunching, world, reason=_recovering_reason(status)[0], message=message
     )
-    return Step(relaunching, world.ledger, events=(Event("Normal", "Planned", message),))
+    return Transition(relaunching, world.ledger, events=(Event("Normal", "Planned", message),))
 
 
 # --- Relaunching ----------------------------------------------------------------------------
 
 
-def _relaunching(status: StableTrainingJobStatus, world: World) -> Step:
+def _relaunching(status: StableTrainingJobStatus, world: World) -> Transition:
     plan = status.plan
     if plan is None or plan.directives_generation is None:
-        return Step(status.model_copy(update={"phase": Phase.PLANNING}), world.ledger)
+        return Transition(status.model_copy(update={"phase": Phase.PLANNING}), world.ledger)
     skip = merge_skip_ranges(world.skip_ranges, plan.added_skip)
     lr_scale = plan.lr_scale if plan.lr_scale is not None else status.lr_scale
     directives = attempt_directives(
@@ -1134,23 +896,7 @@ def _relaunching(status: StableTrainingJobStatus, world: World) -> Step:
         skip=skip,
     )
     spill = skip if len(skip) > SKIP_RANGES_INLINE_MAX else None
-    entry = RollbackRecord(
-        time=plan.started_at,
-        action=plan.action,
-        reason=_recovering_reason(status)[0],
-        rule=plan.rule,
-        request_id=plan.request_id,
-        signal=plan.signal,
-        anomaly_class=plan.anomaly_class,
-        onset_step=plan.onset_step,
-        from_step=plan.from_step,
-        to_step=plan.target_step,
-        checkpoint_choice=plan.checkpoint_choice,
-        lr_scale=lr_scale,
-        skipped=plan.added_skip,
-        attempt=plan.next_attempt,
-        suspects=plan.suspects,
-    )
+    entry = RollbackRecord.from_plan(plan, reason=_recovering_reason(status)[0], lr_scale=lr_scale)
     history = status.rollback_history
     if plan.rule == RESUME_RULE:
         pass
@@ -1183,13 +929,11 @@ def _relaunching(status: StableTrainingJobStatus, world: World) -> Step:
         f"relaunched attempt {plan.next_attempt} ({world.spec.workers.nodes} pod(s)) with "
         f"directives generation {plan.directives_generation}"
     )
-    relaunched = _cond(
-        relaunched, world, ConditionType.READY, ok=False, reason=Reason.CREATED, message=message
-    )
+    relaunched = clear_ready(relaunched, world, reason=Reason.CREATED, message=message)
     preferred, avoid, required = _preferred_nodes(status, world)
     if avoid:
         message += f"; avoiding suspect node(s) {', '.join(avoid)}"
-    return Step(
+    return Transition(
         relaunched,
         world.ledger,
         launch=Launch(directives, preferred, spill, avoid, required),
@@ -1214,9 +958,9 @@ def _preferred_nodes(
 # --- Suspended and terminal phases ----------------------------------------------------------
 
 
-def _suspended(status: StableTrainingJobStatus, world: World) -> Step:
+def _suspended(status: StableTrainingJobStatus, world: World) -> Transition:
     if world.spec.suspend:
-        return Step(status, world.ledger)
+        return Transition(status, world.ledger)
     plan = Plan(
         action=Action.RESTART_FROM_LATEST,
         rule=RESUME_RULE,
@@ -1227,27 +971,15 @@ def _suspended(status: StableTrainingJobStatus, world: World) -> Step:
         next_attempt=status.attempt + 1,
     )
     planning = status.model_copy(update={"phase": Phase.PLANNING, "plan": plan})
-    planning = _cond(
-        planning,
-        world,
-        ConditionType.SUSPENDED,
-        ok=False,
-        reason=Reason.RESUMED,
-        message="spec.suspend is false: relaunching from the newest stable checkpoint",
+    planning = clear_suspended(planning, world)
+    planning = set_recovering(
+        planning, world, reason=Reason.RESUMED, message=RELAUNCHING_AFTER_SUSPEND
     )
-    planning = _cond(
-        planning,
-        world,
-        ConditionType.RECOVERING,
-        ok=True,
-        reason=Reason.RESUMED,
-        message="relaunching after suspend",
-    )
-    return Step(planning, world.ledger, events=(Event("Normal", Reason.RESUMED, "resuming"),))
+    return Transition(planning, world.ledger, events=(Event("Normal", Reason.RESUMED, "resuming"),))
 
 
-def _terminal(status: StableTrainingJobStatus, world: World) -> Step:
-    return Step(status, world.ledger)
+def _terminal(status: StableTrainingJobStatus, world: World) -> Transition:
+    return Transition(status, world.ledger)
 
 
 _HANDLERS = {

@@ -1,7 +1,8 @@
-"""One reconcile tick of one job: gather the world, advance the machine, carry out its step.
+"""One reconcile tick of one job: gather the world, advance the machine, carry out its
+transition.
 
-Order is what makes a crash harmless: the step's `launch` (idempotent creates) before the
-status write, the status written once, then deletes, live directives and Events after it.
+Order is what makes a crash harmless: the transition's `launch` (idempotent creates) before
+the status write, the status written once, then deletes, live directives and Events after it.
 Events therefore never announce something the status does not hold.
 """
 
@@ -32,13 +33,15 @@ from stabletrain_operator.directive_put import AgentUnreachableError, put_direct
 from stabletrain_operator.finite import non_finite_replaced
 from stabletrain_operator.jobview import JobView, Source, identity, parse, source, write_needed
 from stabletrain_operator.kube import Kube, StaleStatusError, each
-from stabletrain_operator.machine import Launch, Step, World, advance
+from stabletrain_operator.machine import Launch, Transition, World, advance
 from stabletrain_operator.observe.pacing import FAST_INTERVAL_SECONDS, ScrapePacer
 from stabletrain_operator.observe.pods import PodFacts, PodState
 from stabletrain_operator.observe.scrape import Scraper, ScrapeResult, ScrapeTarget, scrape_all
 from stabletrain_operator.observe.stall import RankProgress
 from stabletrain_operator.plan.inventory import copies_in_flight
 from stabletrain_operator.policy import PolicyLedger
+from stabletrain_operator.policy.action_kind import StatusCounter
+from stabletrain_operator.policy.action_registry import kind_of
 from stabletrain_operator.preflight.pod import ensure_preflight_pod, needs_preflight_pod
 from stabletrain_operator.remediation import NodeAction, NodeRemediation, due, node_patch
 
@@ -214,12 +217,12 @@ def _progress(
     return tuple(memory.beats.values())
 
 
-def _stops_now(status: StableTrainingJobStatus, step: Step) -> bool:
+def _stops_now(status: StableTrainingJobStatus, transition: Transition) -> bool:
     """This tick decided an action that stops the pods (they are still there)."""
     return (
         status.phase in SCRAPED_PHASES
-        and step.status.phase is Phase.STOPPING
-        and step.status.plan is not None
+        and transition.status.phase is Phase.STOPPING
+        and transition.status.plan is not None
     )
 
 
@@ -318,19 +321,19 @@ def launch(kube: Kube, job: pods.JobRef, spec: StableTrainingJobSpec, plan: Laun
 
 
 async def _put_live(
-    scraper: Scraper | None, token: str | None, step: Step, facts: list[PodFacts]
+    scraper: Scraper | None, token: str | None, transition: Transition, facts: list[PodFacts]
 ) -> None:
-    if step.live is None or not token:
+    if transition.live is None or not token:
         return
     session = None if scraper is None else scraper.session
     by_name = {p.name: p for p in facts}
-    for name in step.live_pods:
+    for name in transition.live_pods:
         pod = by_name.get(name)
         if pod is None or not pod.ip:
             continue
         try:
             url = pods.agent_url(pod.ip, pod.agent_port)
-            result = await put_directives(session, url, step.live, token, PUT_TIMEOUT_SECONDS)
+            result = await put_directives(session, url, transition.live, token, PUT_TIMEOUT_SECONDS)
         except (AgentUnreachableError, ContractError) as error:
             _log.warning(
                 "live directives to %s not delivered (retried next scrape): %s", name, error
@@ -350,23 +353,29 @@ def status_json(status: StableTrainingJobStatus) -> dict[str, Any]:
     return data
 
 
-def _record_metrics(key: JobKey, spec: StableTrainingJobSpec, step: Step) -> None:
+_COUNTED_BY_SIGNAL = {
+    StatusCounter.ROLLBACKS: metrics.ROLLBACKS,
+    StatusCounter.ALERTS: metrics.ALERTS,
+}
+"""Decisions that also count in a metric labelled by the signal that caused them."""
+
+
+def _record_metrics(key: JobKey, spec: StableTrainingJobSpec, transition: Transition) -> None:
     budgets = spec.recovery.budgets
     metrics.set_budget_remaining(
         key.namespace,
         key.name,
-        rollbacks=budgets.max_rollbacks - step.ledger.rollbacks_used,
-        restarts=budgets.max_restarts - step.ledger.restarts_used,
+        rollbacks=budgets.max_rollbacks - transition.ledger.rollbacks_used,
+        restarts=budgets.max_restarts - transition.ledger.restarts_used,
     )
-    decision = step.decision
+    decision = transition.decision
     if decision is not None:
         metrics.DECISIONS.labels(decision.action.value).inc()
-        if decision.action.value == "Rollback":
-            metrics.ROLLBACKS.labels(decision.signal).inc()
-        if decision.action.value == "Alert":
-            metrics.ALERTS.labels(decision.signal).inc()
-    if step.recovered_after is not None:
-        metrics.RECOVERY_SECONDS.observe(step.recovered_after.total_seconds())
+        counter = kind_of(decision.action).counter
+        if counter in _COUNTED_BY_SIGNAL:
+            _COUNTED_BY_SIGNAL[counter].labels(decision.signal).inc()
+    if transition.recovered_after is not None:
+        metrics.RECOVERY_SECONDS.observe(transition.recovered_after.total_seconds())
 
 
 def remediate(
@@ -530,8 +539,8 @@ async def tick(
         preflight_pod=preflight_pod,
         progress=progress,
     )
-    step = advance(status, world)
-    if _stops_now(status, step):
+    transition = advance(status, world)
+    if _stops_now(status, transition):
         # Before the pods go, those still running are scraped until no copy they list is on
         # its way to the PFS (at least once when the pod watch decided), so the plan sees a
         # save that committed or landed after the previous scrape; a finding the later
@@ -542,32 +551,34 @@ async def tick(
         )
         if final != scrapes:
             settled = advance(status, dataclasses.replace(world, scrapes=final))
-            step = settled if _stops_now(status, settled) else step
-    for note in step.deferred:
+            transition = settled if _stops_now(status, settled) else transition
+    for note in transition.deferred:
         _log.debug("job %s: %s", key.name, note.message)
-    if step.launch is not None:
-        await asyncio.to_thread(launch, kube, ref, spec, step.launch)
-        if step.launch.spill_skip_ranges is not None:
+    if transition.launch is not None:
+        await asyncio.to_thread(launch, kube, ref, spec, transition.launch)
+        if transition.launch.spill_skip_ranges is not None:
             memory.skip_ranges = None
-    written = await _record(kube, key, view, step.status, memory, progress_seconds=progress_seconds)
-    if written and step.status.phase is not status.phase:
-        _log.info("job %s: %s -> %s", key.name, status.phase, step.status.phase)
-    if step.status.attempt != status.attempt:
-        memory.seen = {n: a for n, a in memory.seen.items() if a >= step.status.attempt}
-    if step.delete_pods:
+    written = await _record(
+        kube, key, view, transition.status, memory, progress_seconds=progress_seconds
+    )
+    if written and transition.status.phase is not status.phase:
+        _log.info("job %s: %s -> %s", key.name, status.phase, transition.status.phase)
+    if transition.status.attempt != status.attempt:
+        memory.seen = {n: a for n, a in memory.seen.items() if a >= transition.status.attempt}
+    if transition.delete_pods:
         await asyncio.to_thread(
             each,
-            lambda name: kube.delete_pod(key.namespace, name, force=step.force_delete),
-            step.delete_pods,
+            lambda name: kube.delete_pod(key.namespace, name, force=transition.force_delete),
+            transition.delete_pods,
         )
-    if step.live is not None:
-        await _put_live(scraper, memory.token, step, facts)
-    for event in step.events:
+    if transition.live is not None:
+        await _put_live(scraper, memory.token, transition, facts)
+    for event in transition.events:
         await asyncio.to_thread(kube.event, job, event.type, event.reason, event.message)
-    if remediation is not None and step.status.suspect_nodes != status.suspect_nodes:
-        await asyncio.to_thread(remediate, kube, remediation, key, status, step.status)
-    _record_metrics(key, spec, step)
-    memory.next_tick_at = _next_tick_at(step.status.phase, spec, memory, pacer)
+    if remediation is not None and transition.status.suspect_nodes != status.suspect_nodes:
+        await asyncio.to_thread(remediate, kube, remediation, key, status, transition.status)
+    _record_metrics(key, spec, transition)
+    memory.next_tick_at = _next_tick_at(transition.status.phase, spec, memory, pacer)
     return True
 
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
 from pydantic import (
     AwareDatetime,
@@ -30,6 +31,10 @@ from stabletrain_operator.api.constants import Phase
 from stabletrain_operator.api.policy_memory import PolicyMemory
 
 _log = logging.getLogger(__name__)
+
+if TYPE_CHECKING:
+    # Only a type: the policy itself reads status (its ledger is rebuilt from it).
+    from stabletrain_operator.policy.decision import Decision
 
 HISTORY_MAX = 20
 """Decisions kept in status.rollbackHistory; older ones live in Events and metrics."""
@@ -185,6 +190,73 @@ class RollbackRecord(ApiModel):
     suspects: tuple[Suspect, ...] = Field(default=(), max_length=SUSPECTS_MAX)
     """Ranks and nodes the incident was attributed to."""
 
+    @classmethod
+    def from_decision(
+        cls,
+        decision: Decision,
+        *,
+        time: datetime,
+        reached_step: int | None,
+        lr_scale: float,
+        attempt: int,
+    ) -> RollbackRecord:
+        """A decision that launches nothing (ReduceLR, Alert), as it is recorded when taken;
+        `reached_step` stands in for a decision that names no step."""
+        return cls(
+            time=time,
+            action=decision.action,
+            reason=decision.reason,
+            rule=decision.rule,
+            request_id=decision.request_id,
+            signal=decision.signal,
+            anomaly_class=decision.anomaly_class,
+            onset_step=decision.onset_step,
+            from_step=_from_step(decision, reached_step),
+            lr_scale=lr_scale,
+            attempt=attempt,
+        )
+
+    @classmethod
+    def from_plan(cls, plan: Plan, *, reason: str, lr_scale: float) -> RollbackRecord:
+        """A planned action once its relaunch is under way: where it resumed and why."""
+        return cls(
+            time=plan.started_at,
+            action=plan.action,
+            reason=reason,
+            rule=plan.rule,
+            request_id=plan.request_id,
+            signal=plan.signal,
+            anomaly_class=plan.anomaly_class,
+            onset_step=plan.onset_step,
+            from_step=plan.from_step,
+            to_step=plan.target_step,
+            checkpoint_choice=plan.checkpoint_choice,
+            lr_scale=lr_scale,
+            skipped=plan.added_skip,
+            attempt=plan.next_attempt,
+            suspects=plan.suspects,
+        )
+
+    @classmethod
+    def failing(
+        cls, plan: Plan, *, time: datetime, reason: str, lr_scale: float, attempt: int
+    ) -> RollbackRecord:
+        """The Fail that ends the job instead of `plan`: what it answered, nothing launched
+        (the plan's checkpoint, skips and suspects belong to a relaunch that never ran)."""
+        return cls(
+            time=time,
+            action=Action.FAIL,
+            reason=reason,
+            rule=plan.rule,
+            request_id=plan.request_id,
+            signal=plan.signal,
+            anomaly_class=plan.anomaly_class,
+            onset_step=plan.onset_step,
+            from_step=plan.from_step,
+            lr_scale=lr_scale,
+            attempt=attempt,
+        )
+
 
 class Plan(ApiModel):
     """The in-flight action, persisted before anything is touched so that an operator killed
@@ -237,6 +309,47 @@ class Plan(ApiModel):
     loss_baseline: float | None = Field(default=None, allow_inf_nan=False)
     """The loss baseline when the action was decided (the pre-spike level): the
     RollbackConfirmed Event states the loss against it."""
+
+    @classmethod
+    def from_decision(
+        cls,
+        decision: Decision,
+        *,
+        started_at: datetime,
+        reached_step: int | None,
+        from_attempt: int,
+        added_skip: tuple[SkipRange, ...],
+        suspects: tuple[Suspect, ...],
+        confirm_step: int | None,
+        loss_baseline: float | None,
+    ) -> Plan:
+        """The plan of a stopping decision, persisted before any pod is touched; the
+        checkpoint and directives are filled in by Planning and Relaunching."""
+        return cls(
+            action=decision.action,
+            rule=decision.rule,
+            request_id=decision.request_id,
+            signal=decision.signal,
+            anomaly_class=decision.anomaly_class,
+            onset_step=decision.onset_step,
+            from_step=_from_step(decision, reached_step),
+            started_at=started_at,
+            from_attempt=from_attempt,
+            next_attempt=from_attempt + 1,
+            lr_scale=decision.lr_scale,
+            rewarmup_steps=decision.rewarmup_steps or 0,
+            added_skip=added_skip,
+            recurrence=decision.escalation_level,
+            suspects=suspects,
+            backoff_seconds=decision.backoff_seconds,
+            confirm_step=confirm_step,
+            loss_baseline=loss_baseline,
+        )
+
+
+def _from_step(decision: Decision, reached_step: int | None) -> int:
+    """The step the decision was taken at; the job's newest step when it names none."""
+    return decision.step if decision.step is not None else (reached_step or 0)
 
 
 class StableTrainingJobStatus(ApiModel):

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 
 from stabletrain_agent.checkpoint.selection import NoCheckpointError, select_checkpoint
 from stabletrain_agent.contract.inventory import CheckpointRecord
-from stabletrain_agent.contract.names import Action
 from stabletrain_operator.api.spec import (
     CheckpointSelection,
     NoCheckpointDecision,
@@ -25,6 +24,7 @@ from stabletrain_operator.api.spec import (
     StableTrainingJobSpec,
 )
 from stabletrain_operator.api.status import Plan
+from stabletrain_operator.policy.action_registry import kind_of
 from stabletrain_operator.policy.arithmetic import target_bound
 
 
@@ -46,7 +46,7 @@ def _rule(plan: Plan, spec: StableTrainingJobSpec) -> RecoveryRule | None:
 
 def step_bound(plan: Plan, spec: StableTrainingJobSpec) -> int | None:
     """Newest step the target may have; None means the newest stable checkpoint."""
-    if plan.action is not Action.ROLLBACK:
+    if not kind_of(plan.action).goes_before_onset:
         return None
     manual = spec.manual_rollback
     if plan.request_id:
@@ -63,7 +63,8 @@ def no_checkpoint_decision(plan: Plan, spec: StableTrainingJobSpec) -> NoCheckpo
     """The rule's choice when nothing lies far enough back; a manual request or a restart
     without any checkpoint starts from step 0."""
     rule = _rule(plan, spec)
-    if plan.action is Action.ROLLBACK and rule is not None and plan.onset_step is not None:
+    before_onset = kind_of(plan.action).goes_before_onset
+    if before_onset and rule is not None and plan.onset_step is not None:
         return rule.rollback_params().no_checkpoint_far_enough
     return NoCheckpointDecision.FROM_SCRATCH
 

@@ -22,6 +22,7 @@ from stabletrain_agent.contract.channel import AgentStatus
 from stabletrain_agent.contract.detection import DetectionConfig
 from stabletrain_agent.contract.names import CUSTOM_SIGNAL_PREFIX, Action, Signal
 from stabletrain_operator.api.status import Plan
+from stabletrain_operator.policy.action_registry import kind_of
 
 LR_TOLERANCE = 1e-9
 
@@ -46,7 +47,7 @@ def confirm_step(
 ) -> int | None:
     """The step a rollback's run must pass with the signal quiet; None confirms on the
     directives alone (no onset to get past)."""
-    if action is not Action.ROLLBACK or onset_step is None:
+    if not kind_of(action).goes_before_onset or onset_step is None:
         return None
     return onset_step + detection_window(detection, signal)
 

@@ -4,7 +4,7 @@ No kopf, no Kubernetes client, no I/O and no clock: the operator passes the time
 persists the ledger; the replay CLI runs the same code on a recorded history.
 """
 
-from stabletrain_operator.policy.decision import STOPPING_ACTIONS, Decision, Deferral, Evaluation
+from stabletrain_operator.policy.decision import Decision, Deferral, Evaluation
 from stabletrain_operator.policy.engine import decide, evaluate, record, trip_signals
 from stabletrain_operator.policy.ledger import AlertEpisode, PolicyLedger, RollbackMemory
 from stabletrain_operator.policy.observation import (
@@ -19,7 +19,6 @@ from stabletrain_operator.policy.observation import (
 )
 
 __all__ = [
-    "STOPPING_ACTIONS",
     "AlertEpisode",
     "Decision",
     "Deferral",

@@ -1,22 +1,28 @@
 """The decision each action makes for one matched observation: its numbers, its reason and
 a message a person can act on. Budgets and escalation are checked here, where the action
-is known; which rule matched (and whether to act at all) is the engine's business.
+is known; which rule matched (and whether to act at all) is the engine's business. The
+appliers (those taking a `Matched`) are what the action registry names for each action.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from stabletrain_agent.contract.directives import SkipRange
-from stabletrain_agent.contract.names import Action
+from stabletrain_agent.contract.names import Action, AnomalyClass
 from stabletrain_operator.api.constants import Reason
 from stabletrain_operator.api.spec import RecoveryRule, RecoverySpec, RollbackParams
 from stabletrain_operator.plan.skips import describe_skip
+from stabletrain_operator.policy.action_kind import Matched
 from stabletrain_operator.policy.arithmetic import reduced_lr_scale, skip_around, target_bound
 from stabletrain_operator.policy.decision import ESCALATION_RULE, MANUAL_RULE, Decision, Deferral
-from stabletrain_operator.policy.ledger import PolicyLedger, same_kind
 from stabletrain_operator.policy.observation import Observation
+
+if TYPE_CHECKING:
+    # Only a type here: the ledger reads the action registry, which names these appliers.
+    from stabletrain_operator.policy.ledger import PolicyLedger
 
 
 def manual_rollback(
@@ -50,16 +56,15 @@ def manual_rollback(
     )
 
 
-def rollback(
-    recovery: RecoverySpec,
-    rule: RecoveryRule,
-    observation: Observation,
-    ledger: PolicyLedger,
-    *,
-    lr_scale: float,
-) -> Decision:
+def rollback(matched: Matched) -> Decision:
     """A rollback around the onset, harder per recurrence; the escalation's final action
     once recurrences exceed the limit; Fail once the rollback budget is spent."""
+    recovery, rule, observation, ledger = (
+        matched.recovery,
+        matched.rule,
+        matched.observation,
+        matched.ledger,
+    )
     anchor = observation.anchor_step
     kind = observation.anomaly_class
     within = recovery.escalation.within_steps
@@ -67,9 +72,7 @@ def rollback(
     if anchor is not None:
         level = len(ledger.rollbacks_near(anchor, within, kind))
     confirming = observation.recurrence_of
-    if confirming is not None and all(
-        same_kind(m.anomaly_class, kind) for m in ledger.rollbacks_near(confirming, 0)
-    ):
+    if confirming is not None and _all_of_kind(ledger, confirming, kind):
         level = max(level, len(ledger.rollbacks_near(confirming, within, kind)), 1)
     if level > recovery.escalation.max_recurrences:
         return _final_action(recovery, observation, ledger, level)
@@ -85,7 +88,9 @@ def rollback(
             observation,
         )
     params = rule.rollback_params()
-    new_scale = reduced_lr_scale(lr_scale, params.lr_factor, params.lr_floor, times=level + 1)
+    new_scale = reduced_lr_scale(
+        matched.lr_scale, params.lr_factor, params.lr_floor, times=level + 1
+    )
     skip = None
     if anchor is not None:
         skip = skip_around(anchor, params, level, observation.suspect_shards)
@@ -106,6 +111,12 @@ def rollback(
         target_step_at_most=target_bound(anchor, params, level),
         escalation_level=level,
     )
+
+
+def _all_of_kind(ledger: PolicyLedger, onset: int, kind: AnomalyClass | None) -> bool:
+    """Every rollback at the onset being confirmed answered this kind of fault (`same_kind`):
+    only then is this signal that incident coming back. Filtering by kind keeps them all."""
+    return ledger.rollbacks_near(onset, 0, kind) == ledger.rollbacks_near(onset, 0)
 
 
 def _rollback_message(
@@ -194,6 +205,22 @@ def restart(
     )
 
 
+def restart_by_rule(matched: Matched) -> Decision:
+    """RestartFromLatest, against budgets.maxRestarts."""
+    return restart(matched.recovery, matched.rule.name, matched.observation, matched.ledger)
+
+
+def fail_by_rule(matched: Matched) -> Decision:
+    name = matched.rule.name
+    return decision_for(
+        Action.FAIL,
+        name,
+        Reason.FAILED_BY_POLICY,
+        f"rule {name} fails the job on {describe(matched.observation)}",
+        matched.observation,
+    )
+
+
 def restart_after_live_trip(
     recovery: RecoverySpec, rule: RecoveryRule, observation: Observation, ledger: PolicyLedger
 ) -> Decision:
@@ -213,65 +240,72 @@ def restart_after_live_trip(
     )
 
 
-def live_action(
-    recovery: RecoverySpec,
-    rule: RecoveryRule,
-    observation: Observation,
-    ledger: PolicyLedger,
-    *,
-    now: datetime,
-    lr_scale: float,
-) -> Decision | Deferral:
-    """Alert or ReduceLR: once per episode, and not again within the rule's cooldown."""
-    last = ledger.last_live_action(rule.name)
+def reduce_lr(matched: Matched) -> Decision | Deferral:
+    """The LR scale lowered live, once per rule cooldown; at its floor, an Alert instead."""
+    deferred = _cooling_down(matched)
+    if deferred is not None:
+        return deferred
+    rule, observation, lr_scale = matched.rule, matched.observation, matched.lr_scale
+    params = rule.reduce_lr_params()
+    new_scale = reduced_lr_scale(lr_scale, params.lr_factor, params.lr_floor)
+    if new_scale < lr_scale:
+        return replace(
+            decision_for(
+                Action.REDUCE_LR,
+                rule.name,
+                Reason.LR_REDUCED,
+                f"rule {rule.name} lowers the LR scale from {lr_scale:.4g} to "
+                f"{new_scale:.4g} on {describe(observation)}, without a restart",
+                observation,
+            ),
+            lr_scale=new_scale,
+        )
+    return _alert_once(
+        matched,
+        f"rule {rule.name} would lower the LR on {describe(observation)}, but the LR scale "
+        f"is already at its floor {params.lr_floor:.4g}; look at the run",
+    )
+
+
+def alert(matched: Matched) -> Decision | Deferral:
+    """An Alert, once per episode and not again within the rule's cooldown."""
+    deferred = _cooling_down(matched)
+    if deferred is not None:
+        return deferred
+    rule = matched.rule
+    return _alert_once(
+        matched,
+        f"rule {rule.name} alerts on {describe(matched.observation)}; the run is not changed",
+    )
+
+
+def _cooling_down(matched: Matched) -> Deferral | None:
+    """A live action of the same rule within budgets.cooldownSeconds defers this one."""
+    rule, recovery, now = matched.rule, matched.recovery, matched.now
+    last = matched.ledger.last_live_action(rule.name)
     cooldown = timedelta(seconds=recovery.budgets.cooldown_seconds)
     if last is not None and now - last.at < cooldown:
         return Deferral(
-            observation.signal,
+            matched.observation.signal,
             rule.name,
             f"rule {rule.name} acted {(now - last.at).total_seconds():.0f} s ago, inside "
             f"budgets.cooldownSeconds ({recovery.budgets.cooldown_seconds}); "
-            f"{describe(observation)} deferred",
+            f"{describe(matched.observation)} deferred",
         )
-    if rule.action is Action.REDUCE_LR:
-        params = rule.reduce_lr_params()
-        new_scale = reduced_lr_scale(lr_scale, params.lr_factor, params.lr_floor)
-        if new_scale < lr_scale:
-            return replace(
-                decision_for(
-                    Action.REDUCE_LR,
-                    rule.name,
-                    Reason.LR_REDUCED,
-                    f"rule {rule.name} lowers the LR scale from {lr_scale:.4g} to "
-                    f"{new_scale:.4g} on {describe(observation)}, without a restart",
-                    observation,
-                ),
-                lr_scale=new_scale,
-            )
-        alert = decision_for(
-            Action.ALERT,
-            rule.name,
-            Reason.ALERTED,
-            f"rule {rule.name} would lower the LR on {describe(observation)}, but the LR scale "
-            f"is already at its floor {params.lr_floor:.4g}; look at the run",
-            observation,
-        )
-    else:
-        alert = decision_for(
-            Action.ALERT,
-            rule.name,
-            Reason.ALERTED,
-            f"rule {rule.name} alerts on {describe(observation)}; the run is not changed",
-            observation,
-        )
-    if ledger.episode_handled(rule.name, observation.signal, observation.onset_step):
+    return None
+
+
+def _alert_once(matched: Matched, message: str) -> Decision | Deferral:
+    """A scraped signal keeps firing while its episode lasts: one Alert per episode."""
+    rule, observation = matched.rule, matched.observation
+    if matched.ledger.episode_handled(rule.name, observation.signal, observation.onset_step):
         return Deferral(
             observation.signal,
             rule.name,
             f"rule {rule.name} already alerted on this episode of {observation.signal} "
             f"(onset {observation.onset_step})",
         )
-    return alert
+    return decision_for(Action.ALERT, rule.name, Reason.ALERTED, message, observation)
 
 
 def describe(observation: Observation) -> str:

@@ -49,15 +49,6 @@ class Decision:
     backoff_seconds: int | None = None
     """A restart that completes a crash loop under crashLoop.action Backoff waits this long."""
 
-    @property
-    def stops_the_run(self) -> bool:
-        """Rollback, RestartFromLatest and Fail stop every pod; ReduceLR and Alert do not."""
-        return self.action in STOPPING_ACTIONS
-
-
-STOPPING_ACTIONS = frozenset({Action.ROLLBACK, Action.RESTART_FROM_LATEST, Action.FAIL})
-"""Actions that need the pods gone; the agent may trip on signals whose rule does this."""
-
 
 @dataclass(frozen=True)
 class Deferral:

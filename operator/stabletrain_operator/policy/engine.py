@@ -20,18 +20,17 @@ from stabletrain_agent.contract.names import (
 )
 from stabletrain_operator.api.constants import Reason
 from stabletrain_operator.api.spec import RecoverySpec
+from stabletrain_operator.policy.action_kind import Matched, StatusCounter
+from stabletrain_operator.policy.action_registry import kind_of
 from stabletrain_operator.policy.actions import (
     decision_for,
     describe,
-    live_action,
     manual_rollback,
     restart,
     restart_after_live_trip,
-    rollback,
 )
 from stabletrain_operator.policy.decision import (
     DEFAULT_INFRASTRUCTURE_RULE,
-    STOPPING_ACTIONS,
     UNMATCHED_TRIP_RULE,
     Decision,
     Deferral,
@@ -95,7 +94,8 @@ def evaluate(
 
 def record(ledger: PolicyLedger, decision: Decision, *, now: datetime) -> PolicyLedger:
     """The ledger after the operator carried `decision` out: budgets, cooldown, escalation."""
-    if decision.action is Action.ROLLBACK:
+    kind = kind_of(decision.action)
+    if kind.counter is StatusCounter.ROLLBACKS:
         if decision.request_id:
             return replace(
                 ledger,
@@ -115,9 +115,9 @@ def record(ledger: PolicyLedger, decision: Decision, *, now: datetime) -> Policy
         if memory is None:
             return replace(ledger, rollbacks_used=ledger.rollbacks_used + 1, last_action_at=now)
         return ledger.with_rollback(memory, now=now)
-    if decision.action is Action.RESTART_FROM_LATEST:
+    if kind.counter is StatusCounter.RESTARTS:
         return replace(ledger, restarts_used=ledger.restarts_used + 1, last_action_at=now)
-    if decision.action in (Action.ALERT, Action.REDUCE_LR):
+    if not kind.stops_the_run:
         return ledger.with_live_action(
             AlertEpisode(
                 rule=decision.rule,
@@ -135,7 +135,7 @@ def trip_signals(recovery: RecoverySpec) -> tuple[str, ...]:
     going while the operator alerts or lowers the LR live."""
     names: list[str] = []
     for rule in recovery.rules:
-        if rule.action not in STOPPING_ACTIONS:
+        if not kind_of(rule.action).stops_the_run:
             continue
         for signal in rule.on_signals:
             trippable = signal.startswith(CUSTOM_SIGNAL_PREFIX) or signal in AGENT_SIGNALS
@@ -162,7 +162,8 @@ def _decide_one(
     rule = first_matching_rule(recovery.rules, observation, firing)
     if rule is None:
         return _unmatched(recovery, observation, ledger)
-    if rule.action in STOPPING_ACTIONS and _cooling_down(recovery, observation, ledger, now):
+    kind = kind_of(rule.action)
+    if kind.stops_the_run and _cooling_down(recovery, observation, ledger, now):
         since = now - ledger.last_action_at if ledger.last_action_at else timedelta(0)
         return Deferral(
             observation.signal,
@@ -172,21 +173,9 @@ def _decide_one(
             f"budgets.cooldownSeconds ({recovery.budgets.cooldown_seconds}); deferred as "
             "the fading end of the episode already handled",
         )
-    if rule.action is Action.ROLLBACK:
-        return rollback(recovery, rule, observation, ledger, lr_scale=lr_scale)
-    if rule.action is Action.RESTART_FROM_LATEST:
-        return restart(recovery, rule.name, observation, ledger)
-    if rule.action is Action.FAIL:
-        return decision_for(
-            Action.FAIL,
-            rule.name,
-            Reason.FAILED_BY_POLICY,
-            f"rule {rule.name} fails the job on {describe(observation)}",
-            observation,
-        )
-    if observation.tripped:
+    if not kind.stops_the_run and observation.tripped:
         return restart_after_live_trip(recovery, rule, observation, ledger)
-    return live_action(recovery, rule, observation, ledger, now=now, lr_scale=lr_scale)
+    return kind.decide(Matched(recovery, rule, observation, ledger, now, lr_scale))
 
 
 def _unmatched(

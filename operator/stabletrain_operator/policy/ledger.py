@@ -17,7 +17,7 @@ from datetime import datetime
 from pydantic import ValidationError
 
 from stabletrain_agent.contract.base import error_lines
-from stabletrain_agent.contract.names import Action, AnomalyClass
+from stabletrain_agent.contract.names import AnomalyClass
 from stabletrain_operator.api.policy_memory import (
     RAISED_ALERTS_MAX,
     RECENT_ROLLBACKS_MAX,
@@ -26,6 +26,8 @@ from stabletrain_operator.api.policy_memory import (
     RollbackMemory,
 )
 from stabletrain_operator.api.status import StableTrainingJobStatus
+from stabletrain_operator.policy.action_kind import StatusCounter
+from stabletrain_operator.policy.action_registry import kind_of
 
 __all__ = [
     "RAISED_ALERTS_MAX",
@@ -153,14 +155,12 @@ class PolicyLedger:
                 anomaly_class=record.anomaly_class,
             )
             for record in status.rollback_history
-            if record.action is Action.ROLLBACK
+            if kind_of(record.action).counter is StatusCounter.ROLLBACKS
             and record.onset_step is not None
             and not record.request_id
         )
         stopping_times = [
-            record.time
-            for record in status.rollback_history
-            if record.action in (Action.ROLLBACK, Action.RESTART_FROM_LATEST)
+            record.time for record in status.rollback_history if kind_of(record.action).budgeted
         ]
         return cls(
             last_action_at=max(stopping_times) if stopping_times else None,

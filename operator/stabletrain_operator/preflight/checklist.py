@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from stabletrain_agent.checkpoint.retention import MIN_KEEP, local_copies
-from stabletrain_agent.contract.names import Action
 from stabletrain_agent.contract.preflight import Precision, PreflightFacts, TierFacts
 from stabletrain_operator.api.quantity import quantity_bytes
 from stabletrain_operator.api.spec import StableTrainingJobSpec
+from stabletrain_operator.policy.action_registry import kind_of
 
 FP16_SMALLEST_SUBNORMAL = 2.0**-24
 """About 5.96e-8: any smaller epsilon rounds to 0 in IEEE binary16."""
@@ -143,7 +143,7 @@ def _rollback_rewind(spec: StableTrainingJobSpec) -> int:
     margins = [
         rule.rollback_params().min_steps_before_onset
         for rule in spec.recovery.rules
-        if rule.action is Action.ROLLBACK
+        if kind_of(rule.action).goes_before_onset
     ]
     return max(margins, default=0)
 

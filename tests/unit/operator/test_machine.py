@@ -16,7 +16,7 @@ from stabletrain_agent.contract.names import Action, AnomalyClass
 from stabletrain_operator.api.constants import Phase
 from stabletrain_operator.api.spec import EscalationSpec
 from stabletrain_operator.api.status import Counters, StableTrainingJobStatus
-from stabletrain_operator.machine import Step, World, advance
+from stabletrain_operator.machine import Transition, World, advance
 from stabletrain_operator.observe.pods import PodState
 from stabletrain_operator.plan.directives import attempt_directives
 from stabletrain_operator.policy import PolicyLedger
@@ -58,7 +58,7 @@ def tripped_pods(onset: int = 55) -> tuple[object, ...]:
     )
 
 
-def conditions(step: Step) -> dict[str, tuple[str, str]]:
+def conditions(step: Transition) -> dict[str, tuple[str, str]]:
     return {c.type: (c.status, c.reason) for c in step.status.conditions}
 
 
@@ -125,7 +125,7 @@ def test_nan_trip_runs_the_whole_rollback_once() -> None:
 def confirm_past(
     status: StableTrainingJobStatus, *, step: int, firing: tuple[FindingReport, ...] = (),
     seconds: float = 0.0,
-) -> Step:  # fmt: skip
+) -> Transition:  # fmt: skip
     """One Confirming tick of attempt 1 whose pods both report `step` on the new directives."""
     pods = (pod(0, attempt=1), pod(1, attempt=1))
     scrapes = tuple(

@@ -14,7 +14,7 @@ from stabletrain_operator import naming, pods
 from stabletrain_operator.api.constants import Phase
 from stabletrain_operator.api.spec import StableTrainingJobSpec
 from stabletrain_operator.api.status import StableTrainingJobStatus
-from stabletrain_operator.machine import Step, World, advance
+from stabletrain_operator.machine import Transition, World, advance
 from stabletrain_operator.observe.pods import pod_facts
 from stabletrain_operator.observe.scrape import ScrapeResult
 from stabletrain_operator.preflight.condition import PodOutcome, PreflightPodResult
@@ -42,7 +42,7 @@ def scrape(facts: Any, rank: int = 0, attempt: int = 0) -> ScrapeResult:
     return ScrapeResult(pod=f"job-a{attempt}-{rank}", status=status)
 
 
-def preflight(step: Step) -> tuple[str, str, str] | None:
+def preflight(step: Transition) -> tuple[str, str, str] | None:
     found = next((c for c in step.status.conditions if c.type == "Preflight"), None)
     return None if found is None else (found.status, found.reason, found.message)
 

@@ -10,14 +10,7 @@ from stabletrain_agent.contract.names import Action
 from stabletrain_operator.cli.errors import CliError
 from stabletrain_operator.cli.replay.run import ReplayResult
 from stabletrain_operator.finite import finite_or
-
-_COLOURS = {
-    Action.ROLLBACK: "tab:red",
-    Action.RESTART_FROM_LATEST: "tab:purple",
-    Action.REDUCE_LR: "tab:orange",
-    Action.ALERT: "tab:olive",
-    Action.FAIL: "black",
-}
+from stabletrain_operator.policy.action_registry import kind_of
 
 
 def write_plot(result: ReplayResult, out: Path, *, title: str) -> None:
@@ -69,7 +62,7 @@ def write_plot(result: ReplayResult, out: Path, *, title: str) -> None:
             action = replayed.decision.action
             axes.axvline(
                 replayed.step,
-                color=_COLOURS[action],
+                color=kind_of(action).plot_colour,
                 lw=1.0,
                 label=None if action in seen else f"{action.value}",
             )

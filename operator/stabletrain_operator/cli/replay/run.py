@@ -38,7 +38,6 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 from stabletrain_agent.contract.channel import Heartbeat, ThreadPlace
-from stabletrain_agent.contract.names import Action
 from stabletrain_agent.signals.monitor import Finding, SignalMonitor, StepObservation, Verdict
 from stabletrain_agent.trip import build_trip_report
 from stabletrain_operator.cli.replay.history import MetricsHistory, MetricsRow
@@ -55,6 +54,7 @@ from stabletrain_operator.policy import (
     trip_observation,
     trip_signals,
 )
+from stabletrain_operator.policy.action_registry import kind_of
 
 REPLAY_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 """Time zero of a replay; only differences matter (cooldowns)."""
@@ -120,7 +120,7 @@ def replay(
             decisions.append(replayed)
             if on_decision is not None:
                 on_decision(replayed)
-            if replayed.decision.action is Action.FAIL:
+            if kind_of(replayed.decision.action).ends_the_job:
                 failed_at = replayed.step
                 break
         if failed_at is not None:
@@ -206,7 +206,7 @@ class _Run:
         if decision is None:
             return None
         self._ledger = record(self._ledger, decision, now=now)
-        if decision.stops_the_run:
+        if kind_of(decision.action).stops_the_run:
             self._last_stop_step = last_step
         return ReplayedDecision(last_step, decision)
 
@@ -245,7 +245,7 @@ class _Run:
         self._ledger = record(self._ledger, decision, now=now)
         if decision.lr_scale is not None:
             self.lr_scale = decision.lr_scale
-        if decision.stops_the_run:
+        if kind_of(decision.action).stops_the_run:
             self._last_stop_step = row.step
             self._stopped_at_previous = True
         return decision

@@ -1,0 +1,70 @@
+"""The action registry is total and consistent: an action without an entry fails here, not
+at run time in the docs generator, the replay plot or the state machine."""
+
+from __future__ import annotations
+
+import pytest
+
+from stabletrain_agent.contract.names import Action
+from stabletrain_operator.api.constants import Reason
+from stabletrain_operator.api.status import Counters
+from stabletrain_operator.policy.action_kind import BUDGETED, StatusCounter
+from stabletrain_operator.policy.action_registry import ACTION_KINDS, kind_of
+
+
+def test_every_action_has_an_entry_under_its_own_name() -> None:
+    assert set(ACTION_KINDS) == set(Action)
+    for action, kind in ACTION_KINDS.items():
+        assert kind.action is action
+
+
+@pytest.mark.parametrize("action", list(Action))
+def test_each_entry_is_complete(action: Action) -> None:
+    kind = kind_of(action)
+    assert kind.reason in set(Reason)
+    assert kind.event_type in ("Normal", "Warning")
+    assert callable(kind.decide)
+    assert kind.doc.strip()
+    assert kind.plot_colour
+
+
+def test_each_counter_is_a_status_counter_and_budgets_belong_to_stopping_actions() -> None:
+    assert {c.value for c in StatusCounter} <= set(Counters.model_fields)
+    for kind in ACTION_KINDS.values():
+        if kind.budgeted:
+            assert kind.stops_the_run, kind.action
+
+
+def test_each_budget_is_used_by_an_action() -> None:
+    assert {k.counter for k in ACTION_KINDS.values()} >= BUDGETED
+
+
+def test_live_actions_leave_distinct_reasons() -> None:
+    live = [k.reason for k in ACTION_KINDS.values() if not k.stops_the_run]
+    assert len(live) == len(set(live))
+
+
+def test_what_each_built_in_action_means() -> None:
+    """The registry's answers for the built-in actions, as the code compared them before."""
+    rollback, restart, fail = (
+        kind_of(Action.ROLLBACK),
+        kind_of(Action.RESTART_FROM_LATEST),
+        kind_of(Action.FAIL),
+    )
+    reduce_lr, alert = kind_of(Action.REDUCE_LR), kind_of(Action.ALERT)
+    assert (rollback.stops_the_run, restart.stops_the_run, fail.stops_the_run) == (True,) * 3
+    assert (reduce_lr.stops_the_run, alert.stops_the_run) == (False, False)
+    assert (rollback.counter, restart.counter, fail.counter) == (
+        StatusCounter.ROLLBACKS,
+        StatusCounter.RESTARTS,
+        None,
+    )
+    assert (reduce_lr.counter, alert.counter) == (StatusCounter.LR_REDUCTIONS, StatusCounter.ALERTS)
+    assert rollback.goes_before_onset
+    assert not restart.goes_before_onset
+    assert fail.ends_the_job
+    assert not restart.ends_the_job
+    assert reduce_lr.event_type == "Normal"
+    assert {rollback.event_type, restart.event_type, alert.event_type, fail.event_type} == {
+        "Warning"
+    }
