@@ -2,7 +2,7 @@
 # The operator image: kopf plus stabletrain's operator extra, no torch, running as a
 # non-root user on a read-only root file system (the chart mounts /tmp). It runs the
 # operator's entry point, `python -m stabletrain_operator`: kopf.run with the handlers of
-# stabletrain_operator.main (what `kopf run -m stabletrain_operator.main` loads) plus the
+# stabletrain_operator.register_handlers (what `kopf run -m stabletrain_operator.register_handlers` loads) plus the
 # operator's Prometheus endpoint, which plain `kopf run` would not start.
 #
 #   docker build -t <registry>/stabletrain-operator:0.1.0 .
@@ -28,7 +28,7 @@ COPY --from=wheel /wheels /wheels
 # The same path as in the final stage: a virtualenv's scripts name their interpreter by path.
 RUN python -m venv /opt/stabletrain \
     && /opt/stabletrain/bin/pip install --no-compile --find-links /wheels "stabletrain[operator]" \
-    && /opt/stabletrain/bin/python -c "import kopf, stabletrain_operator.main" \
+    && /opt/stabletrain/bin/python -c "import kopf, stabletrain_operator.register_handlers" \
     && if /opt/stabletrain/bin/python -c "import torch" 2>/dev/null; then \
          echo "torch must not be in the operator image" >&2; exit 1; fi
 

@@ -68,7 +68,7 @@ crds: $(STAMP) ## regenerate crds/, the chart's CRD copy and docs/api.md from th
 	$(PY) -m stabletrain_operator.api.crdgen
 
 demo: $(STAMP) k8s-bins ## the self-healing demo: a tiny GPT, a poisoned shard, a rollback (timeline, Events, out/demo/*.png)
-	PYTHONPATH=tests $(PY) -m support.demo --out out/demo
+	PYTHONPATH=tests $(PY) examples/tiny-gpt/demo.py --out out/demo
 
 bench: $(STAMP) k8s-bins ## guard overhead vs the bare loop (plain, Lightning, HF Trainer); replay vs the bare CSV parse; checkpoint I/O vs torch.save and cp; a real rollback's recovery timeline; the operator's API requests, CPU, RSS and trip latency at 20 simulated jobs
 	$(PY) bench/guard_overhead.py

@@ -47,7 +47,7 @@ from support.chaos.report import (
 )
 from support.chaos.run import Applied, chaos_manifest, chaos_run, clean_run, pfs_dir
 from support.chaos.schedule import ALL_KINDS, make_schedule, plan_json
-from support.demo import stage, stop_on_sigterm
+from support.demo_stage import stage, stop_on_sigterm
 from support.tinygpt import REPO
 
 NAMESPACE = "chaos"

@@ -29,7 +29,7 @@ import torch
 
 from stabletrain_agent.contract.directives import Directives
 from stabletrain_agent.data import Shard, ShardedBatches
-from stabletrain_agent.directives import DirectiveSource
+from stabletrain_agent.directive_inbox import DirectiveSource
 from stabletrain_agent.guard import Guard, GuardEnv
 
 MODEL_PATH = Path(__file__).resolve().parents[1] / "examples" / "tiny-gpt" / "model.py"

@@ -26,7 +26,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from support.demo import JOB, NAMESPACE, follow, stage, stop_on_sigterm
+from support.demo_stage import JOB, NAMESPACE, follow, stage, stop_on_sigterm
 from support.timeline import RollbackTimeline, format_timeline, rollback_timeline
 from support.tinygpt import REPO, StepLogs, job_manifest
 

@@ -46,7 +46,7 @@ from stabletrain_agent.contract import env
 from stabletrain_agent.data import ShardedBatches
 from stabletrain_agent.guard import Guard
 from stabletrain_agent.signals.monitor import Verdict
-from stabletrain_agent.trip import TrainingTripped
+from stabletrain_agent.trip_exit import TrainingTripped
 
 LOG_SUBDIR = "tiny-gpt-log"
 FAULT_SUBDIR = "tiny-gpt-faults"

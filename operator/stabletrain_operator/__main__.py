@@ -94,7 +94,7 @@ def run() -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     logging.getLogger("kopf").setLevel(logging.DEBUG if args.verbose else logging.WARNING)
-    importlib.import_module("stabletrain_operator.main")  # registers the handlers
+    importlib.import_module("stabletrain_operator.register_handlers")  # registers the handlers
     pods.set_agent_port(args.agent_port)
     metrics.serve(args.metrics_port)
     settings = kopf.OperatorSettings()

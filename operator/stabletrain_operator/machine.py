@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 from stabletrain_agent.contract.channel import AgentStatus
 from stabletrain_agent.contract.directives import Directives, SkipRange
 from stabletrain_agent.contract.names import Action, Signal
-from stabletrain_agent.contract.trip import TripReport
+from stabletrain_agent.contract.trip_report import TripReport
 from stabletrain_operator import naming
 from stabletrain_operator.api.constants import ConditionType, Phase, Reason
 from stabletrain_operator.api.spec import CrashLoopAction, PreflightMode, StableTrainingJobSpec
@@ -67,9 +67,9 @@ from stabletrain_operator.plan.checkpoint import (
     step_bound,
 )
 from stabletrain_operator.plan.confirm import Outcome, confirm_step, confirmation
-from stabletrain_operator.plan.directives import attempt_directives, live_directives
-from stabletrain_operator.plan.inventory import merged_inventory, without_abandoned
+from stabletrain_operator.plan.merged_inventory import merged_inventory, without_abandoned
 from stabletrain_operator.plan.placement import avoided_nodes, remember_suspects, unexpired
+from stabletrain_operator.plan.sent_directives import attempt_directives, live_directives
 from stabletrain_operator.plan.skips import (
     describe_skip,
     merge_skip_ranges,

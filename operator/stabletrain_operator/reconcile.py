@@ -38,7 +38,7 @@ from stabletrain_operator.observe.pacing import FAST_INTERVAL_SECONDS, ScrapePac
 from stabletrain_operator.observe.pods import PodFacts, PodState
 from stabletrain_operator.observe.scrape import Scraper, ScrapeResult, ScrapeTarget, scrape_all
 from stabletrain_operator.observe.stall import RankProgress
-from stabletrain_operator.plan.inventory import copies_in_flight
+from stabletrain_operator.plan.merged_inventory import copies_in_flight
 from stabletrain_operator.policy import PolicyLedger
 from stabletrain_operator.policy.action_kind import StatusCounter
 from stabletrain_operator.policy.action_registry import kind_of

@@ -22,9 +22,9 @@ import pytest
 import yaml
 from kubernetes import client
 
+from stabletrain_agent.contract.checkpoint_inventory import CheckpointRecord, NodeCopy, TierCopy
 from stabletrain_agent.contract.directives import SkipRange
-from stabletrain_agent.contract.inventory import CheckpointRecord, NodeCopy, TierCopy
-from stabletrain_agent.contract.trip import TripReport
+from stabletrain_agent.contract.trip_report import TripReport
 from stabletrain_operator.api.constants import (
     CRD_NAME,
     GROUP,

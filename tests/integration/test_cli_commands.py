@@ -24,10 +24,10 @@ import pytest
 import yaml
 from kubernetes import client
 
+from stabletrain_agent.contract.checkpoint_inventory import CheckpointRecord, NodeCopy, TierCopy
 from stabletrain_agent.contract.directives import SkipRange
-from stabletrain_agent.contract.inventory import CheckpointRecord, NodeCopy, TierCopy
 from stabletrain_agent.contract.names import Action, AnomalyClass
-from stabletrain_agent.contract.trip import TripReport
+from stabletrain_agent.contract.trip_report import TripReport
 from stabletrain_operator.api.constants import CRD_NAME, GROUP, PLURAL, VERSION, Phase
 from stabletrain_operator.api.crdgen import CRD_PATH
 from stabletrain_operator.api.status import (

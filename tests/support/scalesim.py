@@ -36,7 +36,7 @@ from stabletrain_agent.contract.channel import (
     ThreadPlace,
 )
 from stabletrain_agent.contract.names import AnomalyClass
-from stabletrain_agent.contract.trip import TripReport
+from stabletrain_agent.contract.trip_report import TripReport
 from stabletrain_agent.http_server import REQUEST_TIMEOUT_SECONDS
 from stabletrain_operator import naming
 from support.localnode.api import ApiError, Json, RawApi, pod_path

@@ -15,9 +15,9 @@ from torch import nn
 
 from stabletrain_agent.checkpoint.manager import CheckpointConfig, CheckpointManager
 from stabletrain_agent.contract.channel import AgentStatus
+from stabletrain_agent.contract.checkpoint_inventory import CheckpointRecord
 from stabletrain_agent.contract.directives import Directives
-from stabletrain_agent.contract.inventory import CheckpointRecord
-from stabletrain_agent.directives import DirectiveSource
+from stabletrain_agent.directive_inbox import DirectiveSource
 from stabletrain_agent.export import AgentExporter
 from stabletrain_agent.guard import HAND_OVER_SECONDS, Guard, GuardEnv
 from support.agent_client import AgentUnreachableError, fetch_status

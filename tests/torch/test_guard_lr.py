@@ -18,7 +18,7 @@ from torch import nn
 from torch.optim.lr_scheduler import CosineAnnealingLR, LambdaLR, LRScheduler
 
 from stabletrain_agent.contract.directives import Directives
-from stabletrain_agent.directives import DirectiveSource
+from stabletrain_agent.directive_inbox import DirectiveSource
 from stabletrain_agent.guard import Guard, GuardEnv
 from stabletrain_agent.lr import LrScale
 from support.workloads.contract_worker import lr_factor

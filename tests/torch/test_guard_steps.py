@@ -15,18 +15,18 @@ from torch import nn
 
 from stabletrain_agent.checkpoint.replicate import PfsCondition
 from stabletrain_agent.contract.channel import AgentStatus
+from stabletrain_agent.contract.checkpoint_inventory import CheckpointRecord, TierCopy
 from stabletrain_agent.contract.completion import parse_completion
 from stabletrain_agent.contract.detection import BaselineConfig, DetectionConfig, NonFiniteConfig
 from stabletrain_agent.contract.directives import Directives, SkipRange, SkipUnit
-from stabletrain_agent.contract.inventory import CheckpointRecord, TierCopy
 from stabletrain_agent.contract.names import Signal
-from stabletrain_agent.contract.trip import parse_termination_message
+from stabletrain_agent.contract.trip_report import parse_termination_message
 from stabletrain_agent.data import Shard, ShardedBatches
-from stabletrain_agent.directives import DirectiveSource
+from stabletrain_agent.directive_inbox import DirectiveSource
 from stabletrain_agent.export import AgentExporter
 from stabletrain_agent.guard import Guard, GuardEnv
 from stabletrain_agent.signals.monitor import MonitorSnapshot
-from stabletrain_agent.trip import TRIP_EXIT_CODE, TrainingTripped
+from stabletrain_agent.trip_exit import TRIP_EXIT_CODE, TrainingTripped
 
 BLOCK = 16
 VOCAB = 32

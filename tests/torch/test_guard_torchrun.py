@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 
 from stabletrain_agent.contract import env
+from stabletrain_agent.contract.checkpoint_inventory import CopyFlags
 from stabletrain_agent.contract.detection import DetectionConfig, NonFiniteConfig
 from stabletrain_agent.contract.directives import Directives, SkipRange, SkipUnit
-from stabletrain_agent.contract.inventory import CopyFlags
 from stabletrain_agent.contract.names import Signal
-from stabletrain_agent.contract.trip import parse_termination_message
+from stabletrain_agent.contract.trip_report import parse_termination_message
 from support.agent_client import AgentUnreachableError, fetch_status, put_directives
 from support.processes import ManagedProcess, free_port
 

@@ -14,7 +14,7 @@ from torch.amp.grad_scaler import GradScaler
 from stabletrain_agent.contract import env
 from stabletrain_agent.contract.preflight import PREFLIGHT_ENV, Precision, parse_preflight_facts
 from stabletrain_agent.data import Shard, ShardedBatches
-from stabletrain_agent.directives import DirectiveSource
+from stabletrain_agent.directive_inbox import DirectiveSource
 from stabletrain_agent.guard import Guard, GuardEnv
 from stabletrain_agent.preflight import gather_facts, probe_schedule
 from support.agent_client import fetch_status

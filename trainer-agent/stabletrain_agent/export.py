@@ -37,12 +37,12 @@ from stabletrain_agent.contract.channel import (
     LiveOutcome,
     token_matches,
 )
+from stabletrain_agent.contract.checkpoint_inventory import CheckpointRecord
 from stabletrain_agent.contract.directives import parse_directives
-from stabletrain_agent.contract.inventory import CheckpointRecord
 from stabletrain_agent.contract.names import AnomalyClass, Signal
 from stabletrain_agent.contract.preflight import PreflightFacts
-from stabletrain_agent.contract.trip import TripReport
-from stabletrain_agent.directives import DirectiveSource
+from stabletrain_agent.contract.trip_report import TripReport
+from stabletrain_agent.directive_inbox import DirectiveSource
 from stabletrain_agent.heartbeat import HeartbeatClock
 from stabletrain_agent.http_server import KeepAliveWSGIServer
 from stabletrain_agent.routes import agent_app

@@ -48,21 +48,25 @@ from torch.optim.lr_scheduler import LRScheduler
 from stabletrain_agent.completion import leave_completion
 from stabletrain_agent.consensus import Agreed, agree
 from stabletrain_agent.contract import env
+from stabletrain_agent.contract.checkpoint_inventory import CheckpointRecord, compact_inventory
 from stabletrain_agent.contract.completion import Completion
 from stabletrain_agent.contract.detection import DetectionConfig
 from stabletrain_agent.contract.directives import DEFAULT_TRIP_ON, Directives, parse_directives
-from stabletrain_agent.contract.inventory import CheckpointRecord, compact_inventory
 from stabletrain_agent.contract.names import custom_signal
 from stabletrain_agent.contract.preflight import PreflightFacts
 from stabletrain_agent.data import skip_list_from_directives
 from stabletrain_agent.data.source import BatchSource
-from stabletrain_agent.directives import DirectiveSource
+from stabletrain_agent.directive_inbox import DirectiveSource
 from stabletrain_agent.export import AgentExporter
 from stabletrain_agent.lineage import LineageRing, lineage_dir, suspect_shards, write_window
 from stabletrain_agent.lr import LrScale
 from stabletrain_agent.preflight import finish_preflight, gather_facts, preflight_requested
 from stabletrain_agent.signals.monitor import SignalMonitor, StepObservation, Verdict
-from stabletrain_agent.trip import TrainingTripped, build_trip_report, write_termination_message
+from stabletrain_agent.trip_exit import (
+    TrainingTripped,
+    build_trip_report,
+    write_termination_message,
+)
 
 STATE_VERSION = 1
 CHECKPOINT_FLUSH_SECONDS = 60.0

@@ -23,7 +23,7 @@ from stabletrain_agent.contract.channel import (
 )
 from stabletrain_agent.contract.detection import GradNormSpikeConfig, LossSpikeConfig
 from stabletrain_agent.contract.names import Action
-from stabletrain_agent.contract.trip import TERMINATION_MESSAGE_LIMIT
+from stabletrain_agent.contract.trip_report import TERMINATION_MESSAGE_LIMIT
 from stabletrain_operator.api import constants as c
 from stabletrain_operator.api.effects import FIELD_EFFECTS
 from stabletrain_operator.api.resource import StableTrainingJob

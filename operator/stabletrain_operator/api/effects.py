@@ -164,7 +164,7 @@ FIELD_EFFECTS: dict[str, Effect] = {
         UNIT_RETENTION + "test_the_earliest_markers_of_an_episode_are_kept",
     ),
     "spec.detection": _e(
-        "plan.directives.attempt_directives: every attempt's directives -> the agent's "
+        "plan.sent_directives.attempt_directives: every attempt's directives -> the agent's "
         "SignalMonitor",
         PODS + "test_every_attempts_directives_carry_the_specs_detection",
         GUARD + "test_a_live_threshold_directive_changes_what_trips_from_the_next_step",

@@ -22,10 +22,10 @@ from pydantic import (
 )
 
 from stabletrain_agent.contract.base import error_lines
+from stabletrain_agent.contract.checkpoint_inventory import CheckpointRecord
 from stabletrain_agent.contract.directives import SkipRange
-from stabletrain_agent.contract.inventory import CheckpointRecord
 from stabletrain_agent.contract.names import Action, AnomalyClass
-from stabletrain_agent.contract.trip import TripReport
+from stabletrain_agent.contract.trip_report import TripReport
 from stabletrain_operator.api.base import ApiModel
 from stabletrain_operator.api.constants import Phase
 from stabletrain_operator.api.policy_memory import PolicyMemory

@@ -18,7 +18,7 @@ from typing import Any
 from stabletrain_agent.contract.base import ContractError
 from stabletrain_agent.contract.completion import Completion, parse_completion
 from stabletrain_agent.contract.restore import parse_restore_failure
-from stabletrain_agent.contract.trip import TripReport, parse_termination_message
+from stabletrain_agent.contract.trip_report import TripReport, parse_termination_message
 from stabletrain_operator import naming
 
 _log = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from stabletrain_agent.checkpoint.selection import NoCheckpointError, select_checkpoint
-from stabletrain_agent.contract.inventory import CheckpointRecord
+from stabletrain_agent.contract.checkpoint_inventory import CheckpointRecord
 from stabletrain_operator.api.spec import (
     CheckpointSelection,
     NoCheckpointDecision,

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from stabletrain_agent.contract.channel import AgentStatus
-from stabletrain_agent.contract.trip import TripReport
+from stabletrain_agent.contract.trip_report import TripReport
 from stabletrain_operator.api.constants import Phase
 from stabletrain_operator.api.spec import StableTrainingJobSpec
 from stabletrain_operator.api.status import FailureRecord, StableTrainingJobStatus, Suspect

@@ -14,7 +14,7 @@ from enum import StrEnum
 from stabletrain_agent.contract.channel import AgentStatus, FindingReport
 from stabletrain_agent.contract.directives import SkipRange
 from stabletrain_agent.contract.names import AnomalyClass, Signal
-from stabletrain_agent.contract.trip import TripReport
+from stabletrain_agent.contract.trip_report import TripReport
 
 
 class ObservationSource(StrEnum):

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 
 from stabletrain_agent.contract.channel import AgentStatus
-from stabletrain_agent.contract.trip import TripReport
+from stabletrain_agent.contract.trip_report import TripReport
 from stabletrain_operator.observe.pods import PodFacts, PodState
 
 TRIP_REPORTS_AWAITED = timedelta(seconds=10)

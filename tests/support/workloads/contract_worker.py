@@ -32,18 +32,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from stabletrain_agent.contract import env
-from stabletrain_agent.contract.directives import Directives, SkipRange
-from stabletrain_agent.contract.inventory import (
+from stabletrain_agent.contract.checkpoint_inventory import (
     CheckpointRecord,
     NodeCopy,
     TierCopy,
     compact_inventory,
 )
+from stabletrain_agent.contract.directives import Directives, SkipRange
 from stabletrain_agent.contract.restore import RESTORE_EXIT_CODE, render_restore_failure
-from stabletrain_agent.directives import DirectiveSource
+from stabletrain_agent.directive_inbox import DirectiveSource
 from stabletrain_agent.export import AgentExporter
 from stabletrain_agent.signals.monitor import SignalMonitor, StepObservation
-from stabletrain_agent.trip import build_trip_report, write_termination_message
+from stabletrain_agent.trip_exit import build_trip_report, write_termination_message
 
 
 def _int(name: str, default: int) -> int:

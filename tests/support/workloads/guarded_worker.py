@@ -44,7 +44,7 @@ from stabletrain_agent.checkpoint.states import ModelOptimizerState
 from stabletrain_agent.contract import env
 from stabletrain_agent.data import Shard, ShardedBatches
 from stabletrain_agent.guard import Guard
-from stabletrain_agent.trip import TrainingTripped
+from stabletrain_agent.trip_exit import TrainingTripped
 
 FEATURES = 8
 SHARD_SAMPLES = 32

@@ -19,7 +19,7 @@ from ckpt_reference import empty_app, empty_cursor, matches, reference, referenc
 from torch.distributed.checkpoint.filesystem import FileSystemReader
 from torch.distributed.checkpoint.state_dict_loader import load
 
-from stabletrain_agent.checkpoint.inventory import (
+from stabletrain_agent.checkpoint.inventory_scan import (
     VerifyCache,
     build_records,
     combined_fence,

@@ -16,7 +16,7 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from stabletrain_agent.contract import env
-from stabletrain_agent.directives import DirectiveSource
+from stabletrain_agent.directive_inbox import DirectiveSource
 from stabletrain_agent.export import AgentExporter
 from stabletrain_operator import metrics, naming
 from support.chart import ALL_ON_VALUES, CHART, Manifest, Rendered, parse_promql, render

@@ -10,7 +10,7 @@ import pytest
 from ckpt_copies import write_copy
 
 from stabletrain_agent.checkpoint import atomic
-from stabletrain_agent.checkpoint.inventory import (
+from stabletrain_agent.checkpoint.inventory_scan import (
     VerifyCache,
     build_records,
     combined_fence,

@@ -4,9 +4,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from stabletrain_agent.checkpoint.inventory import merge_records
+from stabletrain_agent.checkpoint.inventory_scan import merge_records
 from stabletrain_agent.checkpoint.selection import NoCheckpointError, select_checkpoint
-from stabletrain_agent.contract.inventory import CheckpointRecord, NodeCopy, TierCopy
+from stabletrain_agent.contract.checkpoint_inventory import CheckpointRecord, NodeCopy, TierCopy
 
 NODES = ("n0", "n1")
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -11,7 +11,7 @@ from ckpt_copies import write_copy
 
 from stabletrain_agent.checkpoint.commit import commit_copy
 from stabletrain_agent.checkpoint.fence import StaleAttemptError, advance_fence
-from stabletrain_agent.checkpoint.inventory import (
+from stabletrain_agent.checkpoint.inventory_scan import (
     VerifyCache,
     build_records,
     combined_fence,

@@ -20,7 +20,7 @@ from replay_histories import Row, history, write_csv
 
 from stabletrain_agent.contract.channel import AgentStatus
 from stabletrain_agent.signals.monitor import SignalMonitor, StepObservation
-from stabletrain_agent.trip import build_trip_report
+from stabletrain_agent.trip_exit import build_trip_report
 from stabletrain_operator.api.constants import Phase
 from stabletrain_operator.api.spec import StableTrainingJobSpec
 from stabletrain_operator.api.status import StableTrainingJobStatus

@@ -21,10 +21,10 @@ from stabletrain_agent.contract.channel import (
     parse_directive_ack,
     token_matches,
 )
+from stabletrain_agent.contract.checkpoint_inventory import CheckpointRecord, NodeCopy, TierCopy
 from stabletrain_agent.contract.directives import Directives
-from stabletrain_agent.contract.inventory import CheckpointRecord, NodeCopy, TierCopy
 from stabletrain_agent.contract.names import AnomalyClass
-from stabletrain_agent.contract.trip import TripReport
+from stabletrain_agent.contract.trip_report import TripReport
 
 NOW = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
 

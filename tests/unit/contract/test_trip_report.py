@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from stabletrain_agent.contract.base import ContractError
-from stabletrain_agent.contract.inventory import (
+from stabletrain_agent.contract.checkpoint_inventory import (
     CheckpointRecord,
     CopyFlags,
     NodeCopy,
@@ -18,7 +18,7 @@ from stabletrain_agent.contract.inventory import (
     expand_entry,
 )
 from stabletrain_agent.contract.names import AnomalyClass, Signal
-from stabletrain_agent.contract.trip import (
+from stabletrain_agent.contract.trip_report import (
     EVIDENCE_MAX,
     FIRING_MAX,
     INVENTORY_KEPT_FIRST,

@@ -10,7 +10,7 @@ import pytest
 from stabletrain_agent.contract import env
 from stabletrain_agent.contract.channel import LiveOutcome
 from stabletrain_agent.contract.directives import Directives
-from stabletrain_agent.directives import DirectivesError, DirectiveSource
+from stabletrain_agent.directive_inbox import DirectivesError, DirectiveSource
 
 
 def _directives(generation: int, attempt: int = 2, **fields: object) -> Directives:

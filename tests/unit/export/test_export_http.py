@@ -23,12 +23,12 @@ from stabletrain_agent.contract.channel import (
     new_token,
     parse_directive_ack,
 )
+from stabletrain_agent.contract.checkpoint_inventory import CheckpointRecord, NodeCopy, TierCopy
 from stabletrain_agent.contract.detection import CustomSignalConfig, DetectionConfig, ThresholdKind
 from stabletrain_agent.contract.directives import DEFAULT_TRIP_ON, Directives
-from stabletrain_agent.contract.inventory import CheckpointRecord, NodeCopy, TierCopy
 from stabletrain_agent.contract.names import AnomalyClass, Signal
-from stabletrain_agent.contract.trip import TripReport
-from stabletrain_agent.directives import DirectiveSource
+from stabletrain_agent.contract.trip_report import TripReport
+from stabletrain_agent.directive_inbox import DirectiveSource
 from stabletrain_agent.export import AgentExporter
 from stabletrain_agent.signals.monitor import SignalMonitor, StepObservation
 from support.agent_client import (

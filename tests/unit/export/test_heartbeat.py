@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from stabletrain_agent.contract.channel import ThreadPlace
 from stabletrain_agent.contract.detection import DetectionConfig
 from stabletrain_agent.contract.directives import DEFAULT_TRIP_ON, Directives
-from stabletrain_agent.directives import DirectiveSource
+from stabletrain_agent.directive_inbox import DirectiveSource
 from stabletrain_agent.export import AgentExporter
 from stabletrain_agent.heartbeat import HeartbeatClock
 from stabletrain_agent.signals.monitor import SignalMonitor, StepObservation

@@ -6,15 +6,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 from stabletrain_agent.contract.channel import AgentStatus, FindingReport
-from stabletrain_agent.contract.completion import Completion
-from stabletrain_agent.contract.inventory import (
+from stabletrain_agent.contract.checkpoint_inventory import (
     CheckpointRecord,
     NodeCopy,
     TierCopy,
     compact_inventory,
 )
+from stabletrain_agent.contract.completion import Completion
 from stabletrain_agent.contract.names import AnomalyClass
-from stabletrain_agent.contract.trip import TripReport
+from stabletrain_agent.contract.trip_report import TripReport
 from stabletrain_operator.api.spec import StableTrainingJobSpec
 from stabletrain_operator.observe.pods import PodFacts, PodState
 from stabletrain_operator.observe.scrape import ScrapeResult

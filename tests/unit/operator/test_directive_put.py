@@ -15,7 +15,7 @@ import pytest
 from stabletrain_agent.contract.base import ContractError
 from stabletrain_agent.contract.channel import LiveOutcome, new_token
 from stabletrain_agent.contract.directives import Directives
-from stabletrain_agent.directives import DirectiveSource
+from stabletrain_agent.directive_inbox import DirectiveSource
 from stabletrain_agent.export import AgentExporter
 from stabletrain_agent.http_server import KeepAliveWSGIServer
 from stabletrain_operator.directive_put import AgentUnreachableError, PutResult, put_directives

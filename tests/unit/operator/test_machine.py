@@ -18,7 +18,7 @@ from stabletrain_operator.api.spec import EscalationSpec
 from stabletrain_operator.api.status import Counters, StableTrainingJobStatus
 from stabletrain_operator.machine import Transition, World, advance
 from stabletrain_operator.observe.pods import PodState
-from stabletrain_operator.plan.directives import attempt_directives
+from stabletrain_operator.plan.sent_directives import attempt_directives
 from stabletrain_operator.policy import PolicyLedger
 from stabletrain_operator.reconcile import status_json
 

@@ -12,7 +12,7 @@ from stabletrain_agent.contract import env
 from stabletrain_agent.contract.directives import parse_directives
 from stabletrain_operator import pods
 from stabletrain_operator.observe.pods import pod_facts
-from stabletrain_operator.plan.directives import attempt_directives
+from stabletrain_operator.plan.sent_directives import attempt_directives
 
 JOB = pods.JobRef("gpt", "team", "uid-1")
 

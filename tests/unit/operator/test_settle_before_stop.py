@@ -18,8 +18,8 @@ import pytest
 from operator_builders import T0, pod, spec
 
 from stabletrain_agent.contract.channel import AgentStatus
+from stabletrain_agent.contract.checkpoint_inventory import CheckpointRecord, NodeCopy, TierCopy
 from stabletrain_agent.contract.directives import Directives
-from stabletrain_agent.contract.inventory import CheckpointRecord, NodeCopy, TierCopy
 from stabletrain_agent.contract.names import Action
 from stabletrain_operator import reconcile
 from stabletrain_operator.api.constants import Phase

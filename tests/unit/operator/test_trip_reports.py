@@ -6,7 +6,7 @@ from __future__ import annotations
 from operator_builders import T0, agent, pod, trip
 
 from stabletrain_agent.contract.channel import AgentStatus
-from stabletrain_agent.contract.trip import TripReport
+from stabletrain_agent.contract.trip_report import TripReport
 from stabletrain_operator.observe.pods import PodState
 from stabletrain_operator.policy.trips import (
     TRIP_REPORTS_AWAITED,

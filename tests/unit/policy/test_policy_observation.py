@@ -9,7 +9,7 @@ import pytest
 
 from stabletrain_agent.contract.channel import AgentStatus, FindingReport
 from stabletrain_agent.contract.names import AnomalyClass
-from stabletrain_agent.contract.trip import TripReport
+from stabletrain_agent.contract.trip_report import TripReport
 from stabletrain_operator.policy import (
     ObservationSource,
     scrape_observations,

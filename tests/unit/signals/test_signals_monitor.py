@@ -17,7 +17,7 @@ from stabletrain_agent.contract.detection import (
 )
 from stabletrain_agent.contract.directives import DEFAULT_TRIP_ON
 from stabletrain_agent.contract.names import AnomalyClass, Signal
-from stabletrain_agent.contract.trip import EVIDENCE_MAX
+from stabletrain_agent.contract.trip_report import EVIDENCE_MAX
 from stabletrain_agent.signals.monitor import SignalMonitor, StepObservation, Verdict
 
 LOSS = Signal.LOSS_SPIKE.value

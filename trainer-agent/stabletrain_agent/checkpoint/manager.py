@@ -57,7 +57,7 @@ from stabletrain_agent.checkpoint.fence import (
     advance_fence,
     check_not_stale,
 )
-from stabletrain_agent.checkpoint.inventory import (
+from stabletrain_agent.checkpoint.inventory_scan import (
     VerifyCache,
     build_records,
     combined_fence,
@@ -88,7 +88,7 @@ from stabletrain_agent.checkpoint.retention import (
 )
 from stabletrain_agent.checkpoint.states import Stateful
 from stabletrain_agent.contract import env
-from stabletrain_agent.contract.inventory import CheckpointRecord
+from stabletrain_agent.contract.checkpoint_inventory import CheckpointRecord
 
 log = logging.getLogger(__name__)
 

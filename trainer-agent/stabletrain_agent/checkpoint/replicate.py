@@ -31,7 +31,7 @@ from stabletrain_agent.checkpoint.atomic import (
     quarantine,
 )
 from stabletrain_agent.checkpoint.fence import StaleAttemptError, check_not_stale
-from stabletrain_agent.checkpoint.inventory import VerifyCache
+from stabletrain_agent.checkpoint.inventory_scan import VerifyCache
 from stabletrain_agent.checkpoint.layout import (
     MANIFEST_NAME,
     TEMP_PREFIX,

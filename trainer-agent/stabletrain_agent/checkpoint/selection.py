@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from stabletrain_agent.contract.inventory import CheckpointRecord
+from stabletrain_agent.contract.checkpoint_inventory import CheckpointRecord
 
 
 class NoCheckpointError(Exception):

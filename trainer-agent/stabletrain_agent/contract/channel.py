@@ -27,11 +27,11 @@ from http import HTTPStatus
 from pydantic import AwareDatetime, Field, ValidationError
 
 from stabletrain_agent.contract.base import ContractError, ContractModel, describe_errors
+from stabletrain_agent.contract.checkpoint_inventory import NODE_NAME_MAX, CheckpointRecord
 from stabletrain_agent.contract.directives import Directives
-from stabletrain_agent.contract.inventory import NODE_NAME_MAX, CheckpointRecord
 from stabletrain_agent.contract.names import AnomalyClass
 from stabletrain_agent.contract.preflight import PreflightFacts
-from stabletrain_agent.contract.trip import EVIDENCE_MAX, TripReport
+from stabletrain_agent.contract.trip_report import EVIDENCE_MAX, TripReport
 
 DIRECTIVES_HTTP_PATH = "/v1/directives"
 """PUT: replace the directives (Directives JSON body). GET is the status endpoint's job."""

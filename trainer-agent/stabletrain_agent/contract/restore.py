@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from stabletrain_agent.contract.trip import TERMINATION_MESSAGE_LIMIT
+from stabletrain_agent.contract.trip_report import TERMINATION_MESSAGE_LIMIT
 
 RESTORE_FAILED_PREFIX = "RestoreFailed"
 RESTORE_EXIT_CODE = 4

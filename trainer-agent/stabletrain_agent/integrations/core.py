@@ -28,8 +28,8 @@ from stabletrain_agent.checkpoint.planned import restore_planned
 from stabletrain_agent.checkpoint.replicate import FlushResult, PfsCondition
 from stabletrain_agent.checkpoint.states import RngState, Stateful
 from stabletrain_agent.contract import env
-from stabletrain_agent.contract.inventory import CheckpointRecord
-from stabletrain_agent.directives import DirectiveSource
+from stabletrain_agent.contract.checkpoint_inventory import CheckpointRecord
+from stabletrain_agent.directive_inbox import DirectiveSource
 from stabletrain_agent.guard import Guard, GuardEnv
 from stabletrain_agent.preflight import preflight_requested
 from stabletrain_agent.signals.monitor import Verdict

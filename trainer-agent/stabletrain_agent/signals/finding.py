@@ -13,7 +13,7 @@ from typing import Protocol
 
 from stabletrain_agent.contract.channel import FindingReport
 from stabletrain_agent.contract.names import AnomalyClass
-from stabletrain_agent.contract.trip import EVIDENCE_MAX
+from stabletrain_agent.contract.trip_report import EVIDENCE_MAX
 
 
 class AnomalousReading(Protocol):

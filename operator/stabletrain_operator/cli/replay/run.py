@@ -39,7 +39,7 @@ from datetime import UTC, datetime, timedelta
 
 from stabletrain_agent.contract.channel import Heartbeat, ThreadPlace
 from stabletrain_agent.signals.monitor import Finding, SignalMonitor, StepObservation, Verdict
-from stabletrain_agent.trip import build_trip_report
+from stabletrain_agent.trip_exit import build_trip_report
 from stabletrain_operator.cli.replay.history import MetricsHistory, MetricsRow
 from stabletrain_operator.cli.replay.policy_file import ReplayPolicy
 from stabletrain_operator.observe.stall import RankProgress, judge_stall

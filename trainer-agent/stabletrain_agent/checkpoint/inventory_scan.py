@@ -17,7 +17,7 @@ from pathlib import Path
 from stabletrain_agent.checkpoint.fence import Fence, FenceCorruptError, read_fence
 from stabletrain_agent.checkpoint.layout import iter_attempt_dirs, parse_node
 from stabletrain_agent.checkpoint.manifest import CheckpointCorruptError, CopyManifest, verify_copy
-from stabletrain_agent.contract.inventory import CheckpointRecord, NodeCopy, TierCopy
+from stabletrain_agent.contract.checkpoint_inventory import CheckpointRecord, NodeCopy, TierCopy
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from typing import Annotated, Literal
 from pydantic import AwareDatetime, Field, ValidationError, field_validator
 
 from stabletrain_agent.contract.base import ContractError, ContractModel, describe_errors
-from stabletrain_agent.contract.inventory import NODE_NAME_MAX, CompactCheckpoint
+from stabletrain_agent.contract.checkpoint_inventory import NODE_NAME_MAX, CompactCheckpoint
 from stabletrain_agent.contract.names import AnomalyClass, is_signal_name
 
 TERMINATION_MESSAGE_LIMIT = 4096

@@ -12,9 +12,9 @@ import os
 from datetime import UTC, datetime
 from pathlib import Path
 
-from stabletrain_agent.contract.inventory import CompactCheckpoint
+from stabletrain_agent.contract.checkpoint_inventory import CompactCheckpoint
 from stabletrain_agent.contract.names import AnomalyClass
-from stabletrain_agent.contract.trip import (
+from stabletrain_agent.contract.trip_report import (
     EVIDENCE_MAX,
     SUSPECT_SHARDS_MAX,
     TripReport,
