@@ -20,26 +20,11 @@ from enum import StrEnum
 
 from stabletrain_agent.contract.channel import AgentStatus
 from stabletrain_agent.contract.detection import DetectionConfig
-from stabletrain_agent.contract.names import CUSTOM_SIGNAL_PREFIX, Action, Signal
+from stabletrain_agent.contract.names import Action
 from stabletrain_operator.api.status import Plan
 from stabletrain_operator.policy.action_registry import kind_of
 
 LR_TOLERANCE = 1e-9
-
-
-def detection_window(detection: DetectionConfig, signal: str) -> int:
-    """Steps after an onset a signal needs to trip: its consecutiveSteps (0 for signals the
-    operator observes itself, which have no onset in the data)."""
-    if signal.startswith(CUSTOM_SIGNAL_PREFIX):
-        name = signal.removeprefix(CUSTOM_SIGNAL_PREFIX)
-        return next((c.consecutive_steps for c in detection.custom if c.name == name), 0)
-    windows = {
-        Signal.LOSS_SPIKE.value: detection.loss_spike.consecutive_steps,
-        Signal.GRAD_NORM_SPIKE.value: detection.grad_norm_spike.consecutive_steps,
-        Signal.NON_FINITE.value: detection.non_finite.consecutive_steps,
-        Signal.THROUGHPUT_DROP.value: detection.throughput.consecutive_steps,
-    }
-    return windows.get(signal, 0)
 
 
 def confirm_step(
@@ -49,7 +34,7 @@ def confirm_step(
     directives alone (no onset to get past)."""
     if not kind_of(action).goes_before_onset or onset_step is None:
         return None
-    return onset_step + detection_window(detection, signal)
+    return onset_step + detection.detection_window(signal)
 
 
 class Outcome(StrEnum):

@@ -19,6 +19,7 @@ from stabletrain_agent.contract.detection import (
     ThresholdKind,
     ThroughputConfig,
 )
+from stabletrain_agent.contract.names import AGENT_SIGNALS, Signal
 
 
 def healthy_losses(level: float, steps: int) -> list[float]:
@@ -146,3 +147,23 @@ def test_duplicate_custom_signal_names_are_refused() -> None:
     twice = [{"name": "entropy", "kind": "Below", "threshold": 0.5}] * 2
     with pytest.raises(ValueError, match="'entropy' is defined twice"):
         DetectionConfig.model_validate({"custom": twice})
+
+
+def test_each_signal_waits_its_own_consecutive_steps_after_the_onset() -> None:
+    """A rollback is confirmed past onset + this window; an agent signal whose config named
+    no SIGNAL would get 0 and confirm at the onset, before its detector could trip again."""
+    fields = {
+        Signal.LOSS_SPIKE: "lossSpike",
+        Signal.GRAD_NORM_SPIKE: "gradNormSpike",
+        Signal.NON_FINITE: "nonFinite",
+        Signal.THROUGHPUT_DROP: "throughput",
+    }
+    assert set(fields) == AGENT_SIGNALS
+    steps = {signal: 5 + n for n, signal in enumerate(fields)}
+    custom = {"name": "val_loss", "kind": "Above", "threshold": 3.0, "consecutiveSteps": 11}
+    detection = DetectionConfig.model_validate(
+        {**{fields[s]: {"consecutiveSteps": n} for s, n in steps.items()}, "custom": [custom]}
+    )
+    assert {s: detection.detection_window(s) for s in fields} == steps
+    assert detection.detection_window("custom:val_loss") == 11
+    assert detection.detection_window(Signal.STALLED) == 0, "the operator's own: no onset"

@@ -19,12 +19,17 @@ detectors and the documentation cannot disagree about what a threshold means.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Self
+from typing import Annotated, ClassVar, Self
 
 from pydantic import ConfigDict, Field, model_validator
 
 from stabletrain_agent.contract.base import ContractModel, kubernetes_rules
-from stabletrain_agent.contract.names import CUSTOM_NAME_PATTERN, AnomalyClass, custom_signal
+from stabletrain_agent.contract.names import (
+    CUSTOM_NAME_PATTERN,
+    AnomalyClass,
+    Signal,
+    custom_signal,
+)
 
 PositiveRatio = Annotated[float, Field(gt=1.0, le=1000.0, allow_inf_nan=False)]
 """A multiple of a baseline that counts as a jump; 1 or less would fire on healthy steps."""
@@ -101,18 +106,23 @@ class LossSpikeConfig(SpikeConfig):
     BigScience 104B) with 10% margin, above benign one-step outliers (~1.5x), and sustained
     as llm-foundry's KillLossSpike demands (patience 4)."""
 
+    SIGNAL: ClassVar[Signal] = Signal.LOSS_SPIKE
+
 
 class GradNormSpikeConfig(SpikeConfig):
     """Gradient-norm spikes. Ratio 4 for 4 steps. Grad-norm spikes without a loss spike are
     common and usually harmless (the OPT-175B logbook records many), so the default policy
     only reports them."""
 
+    SIGNAL: ClassVar[Signal] = Signal.GRAD_NORM_SPIKE
     ratio: PositiveRatio | None = 4.0
     """Anomalous when value / EMA baseline >= ratio; null disables the ratio rule."""
 
 
 class NonFiniteConfig(ContractModel):
     """NaN/Inf in loss or gradient norm. The update of such a step never reaches the weights."""
+
+    SIGNAL: ClassVar[Signal] = Signal.NON_FINITE
 
     consecutive_steps: int = Field(default=3, ge=1, le=100_000)
     """Non-finite steps in a row that count as sustained. Isolated overflow steps are
@@ -122,6 +132,8 @@ class NonFiniteConfig(ContractModel):
 
 class ThroughputConfig(ContractModel):
     """Tokens/s falling well below its baseline: a slow rank, a throttled GPU, a sick disk."""
+
+    SIGNAL: ClassVar[Signal] = Signal.THROUGHPUT_DROP
 
     drop_fraction: float = Field(default=0.5, gt=0.0, lt=1.0, allow_inf_nan=False)
     """Anomalous when tokens/s <= (1 - drop_fraction) * baseline."""
@@ -234,6 +246,16 @@ class DetectionConfig(ContractModel):
                 raise ValueError(f"custom signal name {signal.name!r} is defined twice")
             seen.add(signal.name)
         return self
+
+    def detection_window(self, signal: str) -> int:
+        """Steps after an onset `signal` needs to trip: its consecutiveSteps. Each built-in
+        signal's config names its signal (`SIGNAL`), so a new one is found here without a
+        table to extend; 0 for the signals the operator observes itself (no onset in data)."""
+        for name in type(self).model_fields:
+            config = getattr(self, name)
+            if getattr(type(config), "SIGNAL", None) == signal:
+                return int(config.consecutive_steps)
+        return next((c.consecutive_steps for c in self.custom if c.signal == signal), 0)
 
     def custom_signal_names(self) -> frozenset[str]:
         """The `custom:<name>` signals this config defines."""
