@@ -46,7 +46,7 @@ lint: $(STAMP) ## ruff, mypy --strict on both packages, import contracts
 # The chart's tests need helm and the PromQL checker, a Go build of minutes on a fresh machine:
 # `make unit` runs them, and builds those first, only when asked (CHART=1, or PYTEST_ARGS
 # naming them: tests/unit/chart, -m chart).
-CHART ?= $(if $(findstring chart,$(PYTEST_ARGS)),1,0)
+CHART ?= $(if $(findstring tests/unit/chart,$(PYTEST_ARGS))$(findstring -m chart,$(PYTEST_ARGS)),1,0)
 ifeq ($(CHART),1)
 UNIT_NEEDS := k8s-bins
 UNIT_MARKERS := not integration and not e2e

@@ -94,7 +94,9 @@ def parse(job: Json) -> tuple[StableTrainingJobSpec, StableTrainingJobStatus] | 
         _log.error("job %s: spec does not match the StableTrainingJob schema: %s", name, error)
         return None
     try:
-        status = StableTrainingJobStatus.model_validate(job.get("status") or {})
+        status = StableTrainingJobStatus.model_validate(
+            job.get("status") or {}, context={"job": name}
+        )
     except ValidationError as error:
         _log.error("job %s: status is not what this operator writes: %s", name, error)
         return None

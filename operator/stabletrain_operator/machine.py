@@ -341,7 +341,6 @@ def _running(status: StableTrainingJobStatus, world: World) -> Transition:
     observations, trips, incident = gather_observations(
         status,
         world.spec,
-        world.ledger,
         current=current,
         fresh=_fresh(status, world),
         progress=world.progress,
@@ -720,7 +719,8 @@ def _stop_for(
         reason=decision.reason,
         message=f"stopping every pod of attempt {status.attempt} for {decision.action}",
     )
-    if kind.counter is not StatusCounter.RESTARTS:  # a fault outside the model
+    # A restart answers a fault outside the model: the training itself stays Healthy.
+    if kind.counter is not StatusCounter.RESTARTS:
         stopping = clear_healthy(
             stopping, world, reason=decision.reason, message=decision.evidence or decision.message
         )

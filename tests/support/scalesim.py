@@ -283,7 +283,7 @@ class ScaleSimulator:
         self, pod: SimulatedPod, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
         """Requests on one connection until the client closes it or leaves it idle for the
-        agent's own limit (HTTP/1.1 keep-alive, as stabletrain_agent.export serves)."""
+        agent's own limit (HTTP/1.1 keep-alive, as stabletrain_agent.http_server serves)."""
         pod.connections.add(writer)
         try:
             while True:

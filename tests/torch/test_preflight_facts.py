@@ -12,7 +12,8 @@ from torch import nn
 from torch.amp.grad_scaler import GradScaler
 
 from stabletrain_agent.contract import env
-from stabletrain_agent.contract.preflight import PREFLIGHT_ENV, Precision, parse_preflight_facts
+from stabletrain_agent.contract.env import PREFLIGHT_ENV
+from stabletrain_agent.contract.preflight import Precision, parse_preflight_facts
 from stabletrain_agent.data import Shard, ShardedBatches
 from stabletrain_agent.directive_inbox import DirectiveSource
 from stabletrain_agent.guard import Guard, GuardEnv

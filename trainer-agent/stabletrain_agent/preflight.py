@@ -23,7 +23,6 @@ from torch.optim.lr_scheduler import LRScheduler
 from stabletrain_agent.contract import env
 from stabletrain_agent.contract.preflight import (
     MAX_PREFLIGHT_MESSAGE_BYTES,
-    PREFLIGHT_ENV,
     OptimizerFacts,
     Precision,
     PreflightFacts,
@@ -43,7 +42,7 @@ ADAPTIVE_STATE_TENSORS = 2
 def preflight_requested(environ: Mapping[str, str] | None = None) -> bool:
     """True in the operator's preflight pod (STABLETRAIN_PREFLIGHT=1)."""
     source = os.environ if environ is None else environ
-    return source.get(PREFLIGHT_ENV, "") == "1"
+    return source.get(env.PREFLIGHT_ENV, "") == "1"
 
 
 def probe_schedule(
@@ -201,7 +200,7 @@ def finish_preflight(facts: PreflightFacts, *, local_rank: int, termination: Pat
     if local_rank == 0:
         if termination is None:
             raise RuntimeError(
-                f"{PREFLIGHT_ENV}=1 but {env.TERMINATION_MESSAGE_PATH} is not set: the "
+                f"{env.PREFLIGHT_ENV}=1 but {env.TERMINATION_MESSAGE_PATH} is not set: the "
                 "preflight facts would have nowhere to go"
             )
         write_preflight_message(termination, facts)

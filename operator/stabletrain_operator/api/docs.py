@@ -21,6 +21,7 @@ from stabletrain_agent.contract.channel import (
     METRICS_HTTP_PATH,
     STATUS_HTTP_PATH,
 )
+from stabletrain_agent.contract.completion import COMPLETE_PREFIX
 from stabletrain_agent.contract.detection import GradNormSpikeConfig, LossSpikeConfig
 from stabletrain_agent.contract.names import Action
 from stabletrain_agent.contract.trip_report import TERMINATION_MESSAGE_LIMIT
@@ -187,9 +188,13 @@ training (trip); the others only report, and Alert/ReduceLR act on what the agen
   `{env.TOKEN_SECRET_KEY}`). Applied only when the generation is newer and the attempt
   matches; the answer always carries the applied generation. Takes effect within a step,
   where a mounted ConfigMap would take about a minute.
-- Status: `GET {STATUS_HTTP_PATH}` (JSON) and `GET {METRICS_HTTP_PATH}` (Prometheus).
+- Status: `GET {STATUS_HTTP_PATH}` (JSON) and `GET {METRICS_HTTP_PATH}` (Prometheus text,
+  or OpenMetrics and gzip when the scraper's Accept headers ask for them).
 - Trip report: JSON of at most {TERMINATION_MESSAGE_LIMIT} bytes in the container's
   termination message; the oldest checkpoint entries are dropped first when it would not fit.
+- Completion: when training ends without an error, local rank 0 leaves
+  `{COMPLETE_PREFIX}: step N of attempt A, loss L` as the termination message (never over a
+  trip report); the job's final STEP and LOSS come from it.
 
 | Environment variable | Meaning |
 |---|---|

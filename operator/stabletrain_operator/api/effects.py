@@ -250,7 +250,8 @@ FIELD_EFFECTS: dict[str, Effect] = {
         + "test_throughput_dips_after_restart_and_during_save_are_excused_a_real_drop_is_not",
     ),
     "spec.detection.stallSeconds": _e(
-        "machine -> observe.stall.judge_stall (Stalled from the agents' heartbeats)",
+        "policy.incident.gather_observations -> observe.stall.judge_stall (Stalled from the "
+        "agents' heartbeats)",
         UNIT_STALL_RULE + "test_no_step_for_the_bound_stalls_and_names_the_rank_outside_torch",
         INCIDENTS
         + "test_a_stall_restarts_and_the_relaunch_keeps_away_from_the_node_that_stopped_first",

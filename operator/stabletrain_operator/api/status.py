@@ -17,6 +17,7 @@ from pydantic import (
     AwareDatetime,
     Field,
     ValidationError,
+    ValidationInfo,
     ValidatorFunctionWrapHandler,
     field_validator,
 )
@@ -421,7 +422,7 @@ class StableTrainingJobStatus(ApiModel):
     @field_validator("policy_ledger", mode="wrap")
     @classmethod
     def _unreadable_ledger_is_rebuilt(
-        cls, value: Any, handler: ValidatorFunctionWrapHandler
+        cls, value: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo
     ) -> PolicyMemory | None:
         """A ledger this operator cannot read (edited by hand under an older CRD that did not
         check it) must not stop the job being reconciled: it is dropped with a warning naming
@@ -430,6 +431,7 @@ class StableTrainingJobStatus(ApiModel):
             memory: PolicyMemory | None = handler(value)
         except ValidationError as error:
             problems = "; ".join(error_lines(error, under="status.policyLedger"))
-            _log.warning("invalid policy ledger, rebuilt from history: %s", problems)
+            job = (info.context or {}).get("job", "?")
+            _log.warning("job %s: invalid policy ledger, rebuilt from history: %s", job, problems)
             return None
         return memory

@@ -95,7 +95,7 @@ _KINDS = (
         decide=alert,
         doc=(
             "Nothing in the run changes: a Warning Event naming the rule and the signal's "
-            "evidence, the Healthy condition set to False with reason SignalFiring, and the alerts "
+            "evidence, the Healthy condition set to False with reason Alerted, and the alerts "
             "counter and metric increased; at most once per `budgets.cooldownSeconds` per rule."
         ),
         plot_colour="tab:olive",

@@ -23,7 +23,6 @@ from stabletrain_operator.observe.culprit import failure_record, failure_suspect
 from stabletrain_operator.observe.pods import PodFacts, PodState, failure_evidence
 from stabletrain_operator.observe.stall import RankProgress, judge_stall
 from stabletrain_operator.policy.action_registry import kind_of
-from stabletrain_operator.policy.ledger import PolicyLedger
 from stabletrain_operator.policy.observation import (
     Observation,
     manual_request,
@@ -47,7 +46,6 @@ class Incident:
 def gather_observations(
     status: StableTrainingJobStatus,
     spec: StableTrainingJobSpec,
-    ledger: PolicyLedger,
     *,
     current: Sequence[PodFacts],
     fresh: Sequence[AgentStatus],
@@ -63,8 +61,7 @@ def gather_observations(
     observations: list[Observation] = []
     incident = Incident()
     manual = spec.manual_rollback
-    handled = {status.last_manual_request_id, ledger.last_manual_request_id}
-    if manual is not None and manual.request_id not in handled:
+    if manual is not None and manual.request_id != status.last_manual_request_id:
         observations.append(
             manual_request(
                 request_id=manual.request_id,

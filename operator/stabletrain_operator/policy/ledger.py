@@ -137,7 +137,7 @@ class PolicyLedger:
         if memory is None or memory == PolicyMemory():
             remembered = cls._rebuilt_from_history(status)
         else:
-            remembered = cls.from_status(memory)
+            remembered = cls._remembering(memory)
         return replace(
             remembered,
             rollbacks_used=status.counters.rollbacks,

@@ -16,7 +16,8 @@ from typing import Any
 
 from stabletrain_agent.contract import env
 from stabletrain_agent.contract.base import ContractError
-from stabletrain_agent.contract.preflight import PREFLIGHT_ENV, parse_preflight_facts
+from stabletrain_agent.contract.env import PREFLIGHT_ENV
+from stabletrain_agent.contract.preflight import parse_preflight_facts
 from stabletrain_operator import naming, pods
 from stabletrain_operator.api.constants import GROUP, Phase
 from stabletrain_operator.api.spec import PreflightMode, StableTrainingJobSpec

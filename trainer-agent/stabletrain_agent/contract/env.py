@@ -56,6 +56,10 @@ loopback address in tests; unset means every interface of the pod."""
 TERMINATION_MESSAGE_PATH = "STABLETRAIN_TERMINATION_MESSAGE_PATH"
 """Where the trip report goes; equal to the container's terminationMessagePath."""
 
+PREFLIGHT_ENV = "STABLETRAIN_PREFLIGHT"
+"""Set to 1 in the preflight pod: Guard.from_env gathers the facts, leaves them as the
+termination message and exits 0 before the first step."""
+
 DEFAULT_DIRECTIVES_DIR = PurePosixPath("/etc/stabletrain/directives")
 DIRECTIVES_FILE_KEY = "directives.json"
 """ConfigMap key and file name of the initial directives."""

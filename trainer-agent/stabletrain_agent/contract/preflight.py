@@ -18,9 +18,6 @@ from pydantic import Field, ValidationError
 
 from stabletrain_agent.contract.base import ContractError, ContractModel, describe_errors
 
-PREFLIGHT_ENV = "STABLETRAIN_PREFLIGHT"
-"""Set to 1 in the preflight pod: Guard.from_env gathers the facts, leaves them as the
-termination message and exits 0 before the first step."""
 MAX_PREFLIGHT_MESSAGE_BYTES = 4096
 """Kubernetes keeps at most 4 KiB of a termination message; the facts must fit."""
 
