@@ -27,6 +27,8 @@ from support.localnode import LocalCluster
 from support.operator import Jobs, OperatorProcess
 
 STEPS = 400
+STEP_SLEEP = "0.05"
+"""Seconds each step sleeps on top of its compute, so the faults land inside the run."""
 PACE_S = 0.16
 """For the steps lost in seconds in the printed table only; nothing here is timed."""
 
@@ -57,7 +59,9 @@ def test_three_faults_one_mid_rollback_all_heal_with_the_actions_their_kinds_exp
     # the run whatever the machine's speed: at 25 s an idle machine has trained about 150 of
     # the STEPS, a machine at load 10 is still restarting.
     plan = explicit_schedule([("kill", 8), ("nan", 25), ("operator-kill", "recovering")])
-    manifest = chaos_manifest("chaos", STEPS, seed=11)
+    # A floor on the step time: an idle machine of today runs the tiny GPT at 20-35 steps/s,
+    # which finished all STEPS before the NaN's 25 s (at step 174 or 283 by the kill's 8 s).
+    manifest = chaos_manifest("chaos", STEPS, seed=11, env={"TINYGPT_STEP_SECONDS": STEP_SLEEP})
     pfs = pfs_dir(local_cluster, job_namespace, "chaos")
     injector = Injector(plane=control_plane, cluster=local_cluster, operator=operator,
                         api_client=api_client, namespace=job_namespace, job="chaos",
