@@ -31,7 +31,10 @@ def test_a_recurring_spike_is_rolled_back_harder(
     local_cluster: LocalCluster,
     api_client: client.ApiClient,
 ) -> None:
-    manifest = job_manifest("recur", {"TINYGPT_STEPS": "180"}, recovery={"rules": RULES})
+    # A step floor: at 20-35 steps/s an idle run tripped before the PFS copy of step 120 was
+    # flushed, and the plan rightly took 115 (the newest verified on both tiers).
+    env = {"TINYGPT_STEPS": "180", "TINYGPT_STEP_SECONDS": "0.05"}
+    manifest = job_manifest("recur", env, recovery={"rules": RULES})
     manifest["spec"]["checkpoints"]["intervalSteps"] = EVERY
     with Recorder(api_client, job_namespace, "recur") as recorder:
         jobs.create(manifest)

@@ -90,8 +90,8 @@ def test_a_hung_rank_is_stalled_pinned_on_its_node_and_relaunched_elsewhere(
            "TINYGPT_STALL_SECONDS": "86400"}  # fmt: skip
     with Recorder(api_client, job_namespace, "hang") as recorder:
         jobs.create(_manifest("hang", env))
-        stopping = jobs.wait("hang", lambda s: s.get("phase") == "Stopping" or finished(s), 240,
-                             "the stall to be decided")  # fmt: skip
+        # The watch, not a status poll: Stopping can last less than the poll's second.
+        stopping = recorder.wait_phase(("Stopping",), 240, "the stall to be decided")
         done = jobs.wait("hang", finished, 300, "the job to relaunch and finish")
     assert done["phase"] == "Succeeded", done.get("conditions")
     plan = stopping["plan"]
@@ -160,8 +160,7 @@ def test_a_rank_hung_in_the_first_step_of_a_relaunch_is_stalled_after_the_start_
     fault_dir = local_cluster.shared_dir / job_namespace / "pfs" / FAULT_SUBDIR
     with Recorder(api_client, job_namespace, "starthang") as recorder:
         jobs.create(_manifest("starthang", env))
-        jobs.wait("starthang", lambda s: s.get("phase") == "Stopping" or finished(s), 180,
-                  "the killed rank to stop attempt 0")  # fmt: skip
+        recorder.wait_phase(("Stopping",), 180, "the killed rank to stop attempt 0")
         write_trigger(fault_dir, "start-hang", {"kind": "hang", "rank": 1})
         done = jobs.wait("starthang", finished, 300, "the hang to be stalled and the job to end")
     assert done["phase"] == "Succeeded", done.get("conditions")

@@ -50,7 +50,10 @@ def test_poisoned_shard_heals_with_the_default_policy(
 ) -> None:
     logs = StepLogs(local_cluster.shared_dir, job_namespace)
     with Recorder(api_client, job_namespace, "poisoned") as recorder:
-        jobs.create(job_manifest("poisoned"))
+        # The agent's baseline exists from step 100 (warm-up) and the spike trips at 132: at
+        # 20-35 steps/s that is about one second, and an idle run sometimes tripped before a
+        # scrape had carried a baseline. A step floor gives the 1 s scrapes a few chances.
+        jobs.create(job_manifest("poisoned", {"TINYGPT_STEP_SECONDS": "0.05"}))
         done = jobs.wait("poisoned", lambda s: s.get("phase") in ("Succeeded", "Failed"), 600,
                          "the job to heal")  # fmt: skip
     assert done["phase"] == "Succeeded", done.get("conditions")
