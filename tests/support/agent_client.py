@@ -7,7 +7,6 @@ training process or an exporter on loopback wants a plain call that returns the 
 
 from __future__ import annotations
 
-import dataclasses
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
@@ -23,22 +22,12 @@ from stabletrain_agent.contract.channel import (
     METRICS_HTTP_PATH,
     STATUS_HTTP_PATH,
     AgentStatus,
-    DirectiveAck,
     bearer,
     parse_agent_status,
     parse_directive_ack,
 )
 from stabletrain_agent.contract.directives import Directives
-
-
-class AgentUnreachableError(ConnectionError):
-    """The agent did not answer (pod gone, port closed, timeout)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class PutResult:
-    status: int
-    ack: DirectiveAck
+from stabletrain_operator.directive_put import AgentUnreachableError, PutResult
 
 
 def fetch_status(base_url: str, timeout: float = 5.0) -> AgentStatus:

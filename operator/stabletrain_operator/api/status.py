@@ -224,12 +224,7 @@ class RollbackRecord(ApiModel):
             time=plan.started_at,
             action=plan.action,
             reason=reason,
-            rule=plan.rule,
-            request_id=plan.request_id,
-            signal=plan.signal,
-            anomaly_class=plan.anomaly_class,
-            onset_step=plan.onset_step,
-            from_step=plan.from_step,
+            **_answered(plan),
             to_step=plan.target_step,
             checkpoint_choice=plan.checkpoint_choice,
             lr_scale=lr_scale,
@@ -248,15 +243,22 @@ class RollbackRecord(ApiModel):
             time=time,
             action=Action.FAIL,
             reason=reason,
-            rule=plan.rule,
-            request_id=plan.request_id,
-            signal=plan.signal,
-            anomaly_class=plan.anomaly_class,
-            onset_step=plan.onset_step,
-            from_step=plan.from_step,
+            **_answered(plan),
             lr_scale=lr_scale,
             attempt=attempt,
         )
+
+
+def _answered(plan: Plan) -> dict[str, Any]:
+    """The record fields that say what `plan` answered, whatever became of it."""
+    return {
+        "rule": plan.rule,
+        "request_id": plan.request_id,
+        "signal": plan.signal,
+        "anomaly_class": plan.anomaly_class,
+        "onset_step": plan.onset_step,
+        "from_step": plan.from_step,
+    }
 
 
 class Plan(ApiModel):
