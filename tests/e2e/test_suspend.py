@@ -19,7 +19,9 @@ def test_suspend_saves_a_final_checkpoint_and_resume_restores_it(
 ) -> None:
     """Before: the pods were deleted at once and resuming restored the interval save at 25.
     After: they save the step they were at, and attempt 1 restores exactly that step."""
-    env = {"TINYGPT_STEPS": "90", "TINYGPT_POISON_SHARDS": None, "TINYGPT_STEP_SECONDS": "0.05"}
+    # 300 steps, not 90: at ~10 steps/s an idle run of 90 could end before the save request
+    # reached its pods (CI: "0 of 2 pod(s) saved a final checkpoint").
+    env = {"TINYGPT_STEPS": "300", "TINYGPT_POISON_SHARDS": None, "TINYGPT_STEP_SECONDS": "0.05"}
     jobs.create(job_manifest("pause", env))
     jobs.wait("pause", lambda s: (s.get("step") or 0) > SUSPEND_AFTER, 300, "the run to train")
     jobs.patch_spec("pause", {"suspend": True})
