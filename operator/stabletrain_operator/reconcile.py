@@ -72,7 +72,8 @@ class JobMemory:
     directives: dict[int, Directives] = field(default_factory=dict)
     last_scrape: float = 0.0
     close_eye: bool = True
-    """Whether the last round asked for the fast interval (the pacer spaces the others)."""
+    """Whether the last round asked for the fast interval: confirming, a pod of the attempt
+    failed, an agent silent or firing (the pacer spaces the others)."""
     next_tick_at: float = 0.0
     """Monotonic time of the next tick the job needs when its world does not change."""
     base_ready: bool = False
@@ -157,8 +158,11 @@ async def _scrape(
     for result in results:
         if result.error is not None:
             metrics.SCRAPE_ERRORS.labels(result.error.value).inc()
-    memory.close_eye = status.phase is Phase.CONFIRMING or any(
-        r.status is None or r.status.firing for r in results
+    failing = any(p.attempt == status.attempt and p.state is PodState.FAILED for p in facts)
+    memory.close_eye = (
+        status.phase is Phase.CONFIRMING
+        or failing
+        or any(r.status is None or r.status.firing for r in results)
     )
     if pacer is not None:
         pacer.enrol((key.namespace, key.name), len(targets))

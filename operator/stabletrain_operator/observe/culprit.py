@@ -9,8 +9,10 @@ The rules, in the order the evidence is trusted:
   code above 128) while the others only exited with an error: they ended because their
   peer vanished from the collective (the victims' and the culprit's torchrun may end in
   either order, and kubelets stamp `finishedAt` in whole seconds). Otherwise the pod that
-  ended first is the culprit. The operator usually decides when the first pod has ended
-  and the others still run: that pod is then told apart from them (certain).
+  ended first is the culprit. While the pods that ended only exited with an error and
+  others still run, the decision waits for those others (awaiting_peers): a rank whose peer
+  was killed can end on the broken collective before the killed rank's pod is seen ended.
+  A pod still alone when the wait is over is told apart from the others (certain).
 * Trip reports (NonFinite, LossSpike, custom signals) are never a node's fault: the values
   are averaged across every rank before the agent judges them, so no rank is singled out,
   and a fault that reproduces after a relaunch on other nodes is the data or the model.
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from datetime import datetime, timedelta
 
 from stabletrain_operator.api.status import FailureRecord, Suspect
 from stabletrain_operator.observe.pods import PodFacts, PodState
@@ -35,6 +38,12 @@ _WORKER_EXIT = re.compile(r"exitcode\s*:\s*(-?\d+)")
 _TORCHRUN_WRAPPER = "ChildFailedError"
 """torchrun's own summary of any worker failure: says nothing about the cause."""
 _ERROR_LINE = re.compile(r"^\s*([A-Za-z_][\w.]*(Error|Exception|Interrupt)\b.*)$")
+PEERS_AWAITED = timedelta(seconds=5)
+"""How long pods that only exited with an error wait for the attempt's pods still running
+before the failure is attributed. The victims of a killed rank fail on the broken
+collective at once, while the killed worker's torchrun may take seconds to tear its
+rendezvous down and end: deciding on the first pod seen ended avoided a victim's node (CI,
+the bad-node e2e test)."""
 
 
 def stall_suspects(verdict: StallVerdict) -> tuple[Suspect, ...]:
@@ -66,6 +75,27 @@ def _how(pod: PodFacts) -> str:
     else:
         what = f"{pod.reason or 'Error'} with exit code {pod.exit_code}"
     return f"pod {pod.name} on node {pod.node}: {what}"
+
+
+def speaks_for_itself(pod: PodFacts) -> bool:
+    """Whether the pod's end names its cause without comparing it to the others: lost with
+    its node, a node reason, or its worker killed by a signal."""
+    return (
+        pod.state is PodState.GONE or pod.reason in NODE_REASONS or worker_signal(pod) is not None
+    )
+
+
+def awaiting_peers(failed: Sequence[PodFacts], current: Sequence[PodFacts], now: datetime) -> bool:
+    """The pods that ended only exited with an error and another pod of the attempt still
+    runs: wait for it within PEERS_AWAITED of the first end (`finishedAt`, whole seconds),
+    so that a rank killed by a signal, whose pod may end seconds after its victims', is
+    the one attributed."""
+    if not failed or any(speaks_for_itself(p) for p in failed):
+        return False
+    if not any(p.state is PodState.RUNNING for p in current):
+        return False
+    ends = [p.finished_at for p in failed if p.finished_at is not None]
+    return bool(ends) and now - min(ends) < PEERS_AWAITED
 
 
 def failure_suspects(failed: Sequence[PodFacts], pods: int | None = None) -> tuple[Suspect, ...]:

@@ -19,7 +19,12 @@ from stabletrain_agent.contract.trip_report import TripReport
 from stabletrain_operator.api.constants import Phase
 from stabletrain_operator.api.spec import StableTrainingJobSpec
 from stabletrain_operator.api.status import FailureRecord, StableTrainingJobStatus, Suspect
-from stabletrain_operator.observe.culprit import failure_record, failure_suspects, stall_suspects
+from stabletrain_operator.observe.culprit import (
+    awaiting_peers,
+    failure_record,
+    failure_suspects,
+    stall_suspects,
+)
 from stabletrain_operator.observe.pods import PodFacts, PodState, failure_evidence
 from stabletrain_operator.observe.stall import RankProgress, judge_stall
 from stabletrain_operator.policy.action_registry import kind_of
@@ -56,7 +61,8 @@ def gather_observations(
 
     `current` are the current attempt's pods, `fresh` this tick's scrapes of them and
     `progress` their newest heartbeats. While a rank that tripped waits for the others'
-    reports (policy/trips.py) only a manual request is observed.
+    reports (policy/trips.py), or a pod that exited with an error for the others still
+    running (observe/culprit.py), only a manual request is observed.
     """
     observations: list[Observation] = []
     incident = Incident()
@@ -80,6 +86,8 @@ def gather_observations(
         signals.append(trip_observation(trips))
     else:
         broken = [p for p in current if p.state in (PodState.FAILED, PodState.GONE)]
+        if awaiting_peers(broken, current, now):
+            return observations, trips, incident
         if broken:
             suspects = failure_suspects(broken, spec.workers.nodes)
             evidence = "; ".join(failure_evidence(p) for p in broken)

@@ -7,6 +7,8 @@ from datetime import UTC, datetime, timedelta
 from stabletrain_operator.api.spec import CrashLoopAction, CrashLoopSpec
 from stabletrain_operator.api.status import FailureRecord
 from stabletrain_operator.observe.culprit import (
+    PEERS_AWAITED,
+    awaiting_peers,
     failure_record,
     failure_side,
     failure_signature,
@@ -101,6 +103,34 @@ def test_the_first_pod_to_fail_while_the_others_still_run_is_certain() -> None:
     assert plain.avoid
     (alone,) = failure_suspects([pod(0, node="a")], pods=1)
     assert not alone.avoid, "a one-pod job: nothing to tell it apart from"
+
+
+def test_a_victim_that_ended_first_waits_for_the_running_rank_whose_end_names_the_culprit() -> None:
+    """Seen in CI (the bad-node e2e test): the victim on node a ended on the broken
+    collective while the killed rank's pod on node b still ran; deciding then avoided a."""
+    victim = pod(0, node="a", finished=0.0, message=TORCHRUN_PEER_GONE)
+    still_running = pod(1, node="b", finished=None, state=PodState.RUNNING, exit_code=None)
+    now = T + timedelta(seconds=1)
+    assert awaiting_peers([victim], [victim, still_running], now)
+    killed = pod(1, node="b", finished=3.0, message=TORCHRUN_KILLED)
+    assert not awaiting_peers([victim, killed], [victim, killed], now)
+    (suspect,) = failure_suspects([victim, killed])
+    assert (suspect.node, suspect.avoid) == ("b", True)
+
+
+def test_the_wait_for_running_peers_ends_after_the_bound_and_never_holds_evidence() -> None:
+    alone = pod(1, node="b", finished=0.0)
+    running = pod(0, node="a", finished=None, state=PodState.RUNNING, exit_code=None)
+    assert not awaiting_peers([alone], [alone, running], T + PEERS_AWAITED)
+    (suspect,) = failure_suspects([alone], pods=2)
+    assert (suspect.node, suspect.avoid) == ("b", True), "still alone: told apart"
+    killed = pod(1, node="b", finished=0.0, message=TORCHRUN_KILLED)
+    oom = pod(1, node="b", finished=0.0, reason="OOMKilled", exit_code=137)
+    lost = pod(1, node="b", finished=None, state=PodState.GONE)
+    for evidence in (killed, oom, lost):
+        assert not awaiting_peers([evidence], [evidence, running], T), evidence.reason
+    both = [pod(0, node="a", finished=0.0), pod(1, node="b", finished=0.0)]
+    assert not awaiting_peers(both, both, T), "nobody left to wait for"
 
 
 def test_a_tie_without_evidence_is_recorded_but_no_node_is_avoided() -> None:

@@ -12,6 +12,7 @@ from stabletrain_agent.contract.names import Action
 from stabletrain_operator.api.constants import ConditionType, Phase, Reason
 from stabletrain_operator.api.status import StableTrainingJobStatus, SuspectNode
 from stabletrain_operator.machine import World, advance
+from stabletrain_operator.observe.culprit import PEERS_AWAITED
 from stabletrain_operator.observe.pods import PodFacts, PodState
 from stabletrain_operator.observe.stall import RankProgress
 from stabletrain_operator.policy import PolicyLedger
@@ -173,13 +174,22 @@ def test_every_rank_failing_before_its_first_step_ends_the_job_with_the_error_na
 
 def test_one_failure_after_progress_is_a_plain_restart_and_a_repeat_is_a_loop() -> None:
     status = running()
-    first = advance(status, world(status, pods=(pod(0), _failed(1, IMPORT_ERROR))))
+    pods = (pod(0), _failed(1, IMPORT_ERROR))
+    held = advance(status, world(status, pods=pods))
+    assert held.status.plan is None, "rank 0 still runs: its end may name the culprit"
+    first = advance(status, world(status, pods=pods, now=T0 + PEERS_AWAITED))
     assert first.status.plan is not None
     assert first.status.plan.action is Action.RESTART_FROM_LATEST
     backoff = job_spec(crashLoop={"action": "Backoff", "backoffSeconds": 900})
     second = running(attempt=1, last_failure=first.status.last_failure)
     repeated = advance(
-        second, world(second, spec=backoff, pods=(pod(0, attempt=1), _failed(1, IMPORT_ERROR, 1)))
+        second,
+        world(
+            second,
+            spec=backoff,
+            pods=(pod(0, attempt=1), _failed(1, IMPORT_ERROR, 1)),
+            now=T0 + PEERS_AWAITED,
+        ),
     )
     plan = repeated.status.plan
     assert plan is not None
