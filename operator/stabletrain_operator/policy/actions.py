@@ -16,7 +16,12 @@ from stabletrain_operator.api.constants import Reason
 from stabletrain_operator.api.spec import RecoveryRule, RecoverySpec, RollbackParams
 from stabletrain_operator.plan.skips import describe_skip
 from stabletrain_operator.policy.action_kind import Matched
-from stabletrain_operator.policy.arithmetic import reduced_lr_scale, skip_around, target_bound
+from stabletrain_operator.policy.arithmetic import (
+    reduced_lr_scale,
+    skip_around,
+    target_bound,
+    tidy_scale,
+)
 from stabletrain_operator.policy.decision import ESCALATION_RULE, MANUAL_RULE, Decision, Deferral
 from stabletrain_operator.policy.observation import Observation
 
@@ -48,7 +53,7 @@ def manual_rollback(
             f"manual rollback request {observation.request_id}: resuming from {target}",
             observation,
         ),
-        lr_scale=lr_scale if factor is None else lr_scale * factor,
+        lr_scale=lr_scale if factor is None else tidy_scale(lr_scale * factor),
         skip=observation.skip,
         rewarmup_steps=0 if factor is None else RollbackParams().rewarmup_steps,
         target_step_at_most=observation.to_step,

@@ -12,6 +12,16 @@ from collections.abc import Sequence
 from stabletrain_agent.contract.directives import SkipRange, SkipUnit
 from stabletrain_operator.api.spec import RollbackParams, SkipData
 
+SCALE_DIGITS = 12
+"""Significant digits an LR scale keeps."""
+
+
+def tidy_scale(scale: float) -> float:
+    """`scale` to SCALE_DIGITS significant digits: 0.7 x 0.7 is 0.49 in the status, the
+    Events and kubectl's LR SCALE column, not 0.48999999999999994; the learning rate it sets
+    moves by less than one part in 10^11."""
+    return float(f"{scale:.{SCALE_DIGITS}g}")
+
 
 def reduced_lr_scale(current: float, factor: float, floor: float, *, times: int = 1) -> float:
     """`current` x factor^times, never below `floor`, and never above `current`.
@@ -19,7 +29,7 @@ def reduced_lr_scale(current: float, factor: float, floor: float, *, times: int 
     The upper bound matters when a person already lowered the LR below the floor: a
     rollback must not raise it again.
     """
-    return min(current, max(current * factor**times, floor))
+    return min(current, max(tidy_scale(current * factor**times), floor))
 
 
 def widening(level: int) -> int:

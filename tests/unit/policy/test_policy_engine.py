@@ -193,6 +193,26 @@ def test_first_matching_rule_wins_in_order() -> None:
     assert decision.rule == "alert-first"
 
 
+def test_a_cumulative_lr_scale_reads_as_the_product_not_float_noise() -> None:
+    """kubectl's LR SCALE column showed 0.48999999999999994 after two rollbacks at 0.7."""
+    seventy = RecoverySpec(
+        rules=(
+            RecoveryRule(
+                name="spike",
+                on_signals=("LossSpike",),
+                action=Action.ROLLBACK,
+                rollback=RollbackParams(lr_factor=0.7),
+            ),
+        )
+    )
+    second = run([trip()], recovery=seventy, lr_scale=0.7)
+    assert second is not None
+    assert second.lr_scale == 0.49
+    third = run([trip()], recovery=seventy, lr_scale=second.lr_scale)
+    assert third is not None
+    assert third.lr_scale == 0.343
+
+
 def test_on_classes_restricts_the_match() -> None:
     recovery = RecoverySpec(
         rules=(
