@@ -217,7 +217,11 @@ def test_a_node_that_kills_its_rank_is_avoided_by_the_relaunch(
     local_cluster: LocalCluster,
     api_client: client.ApiClient,
 ) -> None:
-    env = {"TINYGPT_STEPS": "24", "TINYGPT_KILL_AT": "12", "TINYGPT_KILL_NODE": "node-b"}
+    # A 0.05 s step floor: idle, the tiny GPT runs 20-35 steps/s, and 2 of 15 local runs
+    # (beside unit tests) planned from step 5: the stop came before rank 0 had served a scan
+    # listing step 10, saved 0.1 s earlier.
+    env = {"TINYGPT_STEPS": "24", "TINYGPT_KILL_AT": "12", "TINYGPT_KILL_NODE": "node-b",
+           "TINYGPT_STEP_SECONDS": "0.05"}  # fmt: skip
     with Recorder(api_client, job_namespace, "badnode") as recorder:
         jobs.create(_manifest("badnode", env))
         done = jobs.wait("badnode", finished, 300, "the job to leave the bad node and finish")
