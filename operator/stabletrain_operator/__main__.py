@@ -81,7 +81,7 @@ def _arguments() -> argparse.Namespace:
         default=DEFAULT_SCRAPE_RATE,
         help="most agent status scrapes a second shared by every healthy job (each job's round "
         "is every max(1 s, pods / rate); the rate is lowered while the operator's event loop "
-        "lags; jobs confirming a rollback or with a signal firing stay at 1 s)",
+        "lags; jobs confirming a rollback, with a signal firing or a pod failed stay at 1 s)",
     )
     parser.add_argument("--verbose", action="store_true")
     return parser.parse_args()

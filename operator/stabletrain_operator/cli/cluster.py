@@ -61,7 +61,7 @@ class Cluster:
                 client_configuration=configuration,
                 persist_config=False,
             )
-            _, active = config.list_kube_config_contexts(config_file=path)  # type: ignore[no-untyped-call]
+            contexts, active = config.list_kube_config_contexts(config_file=path)  # type: ignore[no-untyped-call]
         except ConfigException as error:
             raise CliError(f"cannot use kubeconfig {path}: {error}") from None
         except yaml.YAMLError as error:
@@ -70,7 +70,9 @@ class Cluster:
             raise CliError(f"cannot read kubeconfig {path}: {error}") from None
         configuration.retries = CONNECT_RETRIES
         api_client = client.ApiClient(configuration)
-        chosen = namespace or (active or {}).get("context", {}).get("namespace") or "default"
+        if context is not None:  # --context: its namespace, not the current context's
+            active = next((c for c in contexts if c.get("name") == context), None)
+        chosen = namespace or ((active or {}).get("context") or {}).get("namespace") or "default"
         return cls(api_client, chosen)
 
     @classmethod

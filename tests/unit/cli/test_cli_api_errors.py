@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -51,3 +53,29 @@ def test_conflict_and_other_statuses(cluster: Cluster) -> None:
     assert "changed while this command ran; run it again" in explain(cluster, failing(409, {}))
     text = explain(cluster, failing(500, "<html>oops</html>"))
     assert text == "cannot get StableTrainingJob ml/a: 500 Some Reason: <html>oops</html>"
+
+
+def test_the_namespace_is_the_chosen_contexts_not_the_current_ones(tmp_path: Path) -> None:
+    """`--context prod` listed the current context's namespace on prod's cluster."""
+    kubeconfig = tmp_path / "config"
+    contexts = [("dev", "https://dev.example.invalid", "team-dev"),
+                ("prod", "https://prod.example.invalid", "team-prod"),
+                ("bare", "https://bare.example.invalid", None)]  # fmt: skip
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "dev",
+        "clusters": [{"name": n, "cluster": {"server": url}} for n, url, _ in contexts],
+        "users": [{"name": "me", "user": {"token": "t"}}],
+        "contexts": [{"name": n, "context": {"cluster": n, "user": "me",
+                      **({"namespace": ns} if ns else {})}} for n, _, ns in contexts],
+    }))  # fmt: skip
+
+    def connect(**options: str | None) -> tuple[str, str]:
+        chosen = {"kubeconfig": str(kubeconfig), "namespace": None, "context": None, **options}
+        cluster = Cluster.connect(**chosen)
+        cluster.close()
+        return cluster.server, cluster.namespace
+
+    assert connect() == ("https://dev.example.invalid", "team-dev")
+    assert connect(context="prod") == ("https://prod.example.invalid", "team-prod")
+    assert connect(context="bare") == ("https://bare.example.invalid", "default")
+    assert connect(context="prod", namespace="ml") == ("https://prod.example.invalid", "ml")
