@@ -22,7 +22,7 @@ from stabletrain_agent.contract.directives import Directives, SkipRange
 from stabletrain_agent.contract.names import Action, Signal
 from stabletrain_agent.contract.trip_report import TripReport
 from stabletrain_operator import naming
-from stabletrain_operator.api.constants import ConditionType, Phase, Reason
+from stabletrain_operator.api.constants import SKIPS_PER_ACTION, ConditionType, Phase, Reason
 from stabletrain_operator.api.spec import CrashLoopAction, PreflightMode, StableTrainingJobSpec
 from stabletrain_operator.api.status import (
     CHOICE_MAX,
@@ -83,7 +83,7 @@ from stabletrain_operator.policy import (
     evaluate,
     record,
 )
-from stabletrain_operator.policy.action_kind import ActionKind, StatusCounter
+from stabletrain_operator.policy.action_kind import ActionKind, Relaunch, StatusCounter
 from stabletrain_operator.policy.action_registry import LIVE_ACTION_REASONS, kind_of
 from stabletrain_operator.policy.crashloop import crash_loop
 from stabletrain_operator.policy.incident import Incident, gather_observations
@@ -328,7 +328,7 @@ def _with_numbers(status: StableTrainingJobStatus, world: World) -> StableTraini
 def _running(status: StableTrainingJobStatus, world: World) -> Transition:
     current = _current(status, world)
     status = _with_numbers(status, world)
-    if world.spec.suspend and status.phase is Phase.RUNNING:
+    if world.spec.suspend:  # Running or Confirming: a rollback being confirmed is given up
         return _suspend(status, world)
     if status.save_request is not None:  # suspend was withdrawn while the pods saved
         status = status.model_copy(update={"save_request": None})
@@ -486,7 +486,9 @@ def _keep_running(
         )
     )
     live = None
-    if lagging and world.attempt_directives is not None and status.phase is Phase.RUNNING:
+    # Confirming too: a ReduceLR decided while a rollback is confirmed is retried like any
+    # other (its confirmation needs the new generation applied on every pod).
+    if lagging and world.attempt_directives is not None:
         live = live_directives(
             world.attempt_directives,
             generation=status.directives_generation,
@@ -574,7 +576,7 @@ def _suspend(status: StableTrainingJobStatus, world: World) -> Transition:
         why = (
             f"{len(answered)} of {world.spec.workers.nodes} pod(s) saved a final checkpoint "
             f"within {waited.total_seconds():.0f} s (steps {sorted(s for s in saved if s)}); "
-            "resuming continues from the newest stable checkpoint"
+            "resuming continues from the newest checkpoint"
         )
     return _stop_suspended(status, world, why)
 
@@ -585,6 +587,13 @@ def _stop_suspended(status: StableTrainingJobStatus, world: World, why: str) -> 
     )
     message = f"spec.suspend is true: {why}; stopping every pod"
     stopping = set_suspended(stopping, world, reason=Reason.SUSPENDED, message=message)
+    if status.phase is Phase.CONFIRMING:
+        stopping = clear_recovering(
+            stopping,
+            world,
+            reason=Reason.SUSPENDED,
+            message=f"suspended before attempt {status.attempt}'s relaunch was confirmed",
+        )
     return Transition(
         stopping,
         world.ledger,
@@ -626,7 +635,7 @@ def _act(
     """Carry a decision into status: a plan for stopping actions, a change for live ones."""
     ledger = record(world.ledger, decision, now=world.now)
     kind = kind_of(decision.action)
-    event = Event(kind.event_type, decision.reason, f"{decision.action}: {decision.message}"[:1024])
+    event = Event(kind.event_type, decision.reason, f"{decision.action}: {decision.told}"[:1024])
     if kind.stops_the_run:
         return _stop_for(
             status, world, decision, trips=trips, ledger=ledger, event=event, incident=incident
@@ -690,7 +699,7 @@ def _stop_for(
         started_at=world.now,
         reached_step=status.step,
         from_attempt=status.attempt,
-        added_skip=skipping_repeat_suspects(decision.skip, world.skip_ranges)[:8],
+        added_skip=skipping_repeat_suspects(decision.skip, world.skip_ranges)[:SKIPS_PER_ACTION],
         suspects=incident.suspects[:8],
         confirm_step=confirm_step(
             decision.action, decision.signal, decision.onset_step, world.spec.detection
@@ -712,7 +721,9 @@ def _stop_for(
             "last_manual_request_id": decision.request_id or status.last_manual_request_id,
         }
     )
-    stopping = set_recovering(stopping, world, reason=decision.reason, message=decision.message)
+    # A Fail's Recovering message becomes the Failed condition's: it names the evidence too.
+    message = decision.told if kind.ends_the_job else decision.message
+    stopping = set_recovering(stopping, world, reason=decision.reason, message=message[:1024])
     stopping = clear_ready(
         stopping,
         world,
@@ -851,6 +862,7 @@ def _planning(status: StableTrainingJobStatus, world: World) -> Transition:
         onset=plan.onset_step if kind.goes_before_onset else None,
         when_none=no_checkpoint_decision(plan, world.spec),
         excluded=plan.excluded_steps,
+        stable_only=kind.relaunch is not Relaunch.FROM_LATEST,
     )
     if not choice.usable:
         return _failed(status, world, Reason.NO_CHECKPOINT, choice.reason)

@@ -19,6 +19,8 @@ PLURAL = "stabletrainingjobs"
 SINGULAR = "stabletrainingjob"
 SHORT_NAMES = ("stj",)
 CATEGORIES = ("stabletrain", "all")
+SKIPS_PER_ACTION = 8
+"""Skip ranges one action may add: a plan and a history entry hold this many."""
 """`kubectl get stabletrain` lists every stabletrain resource; `all` includes jobs in it."""
 CRD_NAME = f"{PLURAL}.{GROUP}"
 

@@ -438,8 +438,9 @@ FIELD_EFFECTS: dict[str, Effect] = {
     ),
     "spec.suspend": _e(
         "machine: a live saveRequest, the guard's final checkpoint, then the pods stop; false"
-        " relaunches from the newest stable checkpoint (that one)",
+        " relaunches from the newest checkpoint (that one); a rollback being confirmed is given up",
         MACHINE + "test_suspend_saves_first_then_stops_and_resume_relaunches_from_that_save",
+        MACHINE + "test_suspend_while_a_rollback_is_confirmed_saves_and_stops_at_once",
         MACHINE + "test_suspend_stops_the_pods_after_its_bound_without_an_answer",
         TORCH
         + "test_guard_save_request.py::test_a_save_request_is_saved_flushed_and_reported_once",

@@ -30,6 +30,7 @@ from stabletrain_agent.contract.names import (
     Signal,
 )
 from stabletrain_operator.api.base import PRESERVE_UNKNOWN, ApiModel
+from stabletrain_operator.api.constants import SKIPS_PER_ACTION
 
 QUANTITY_PATTERN = (
     r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
@@ -167,7 +168,8 @@ class PfsTierSpec(ApiModel):
     claim_name: str = Field(pattern=NAME_PATTERN.replace("{0,61}", "{0,251}"), max_length=253)
     """PersistentVolumeClaim (ReadWriteMany) in the job's namespace holding the PFS tier."""
     sub_path: str = Field(default="", max_length=4096, pattern=r"^([^/].*)?$")
-    """Directory inside the claim for this job (relative); empty means the claim's root."""
+    """Directory inside the claim for this job (relative); empty means the claim's root.
+    Jobs sharing a claim need different directories: in one, their checkpoints collide."""
     retention: int = Field(default=DEFAULT_RETENTION, ge=MIN_KEEP, le=1000)
     """Regular checkpoints kept on the PFS (spike markers come on top); at least 2 so the
     rollback target survives a new save."""
@@ -441,8 +443,9 @@ class ManualRollbackSpec(ApiModel):
     """Newest stable checkpoint at or before this step; null means the newest stable one."""
     lr_factor: Ratio | None = None
     """Multiply the LR scale by this; null keeps it."""
-    skip: tuple[SkipRange, ...] = Field(default=(), max_length=64)
-    """Data to skip in addition to the active ranges."""
+    skip: tuple[SkipRange, ...] = Field(default=(), max_length=SKIPS_PER_ACTION)
+    """Data to skip in addition to the active ranges (at most 8: what a plan and a history
+    entry hold)."""
     reason: str = Field(default="", max_length=256)
     """Free text recorded in the rollback history and the Event."""
 
@@ -493,8 +496,9 @@ class StableTrainingJobSpec(ApiModel):
     suspend: bool = False
     """True asks every pod for a final checkpoint (saved on the local tier and flushed to
     the PFS), then stops all pods once each saved it or after 120 s, without counting a
-    fault; false again relaunches from the newest stable checkpoint: the final one, or an
-    interval save the pods reached between it and their stop."""
+    fault (a rollback being confirmed is given up); false again relaunches from the newest
+    checkpoint, stable or not: the final one, or an interval save the pods reached between
+    it and their stop."""
     manual_rollback: ManualRollbackSpec | None = None
     preflight: PreflightSpec = Field(default_factory=PreflightSpec)
 

@@ -28,7 +28,7 @@ from stabletrain_agent.contract.directives import SkipRange
 from stabletrain_agent.contract.names import Action, AnomalyClass
 from stabletrain_agent.contract.trip_report import TripReport
 from stabletrain_operator.api.base import ApiModel
-from stabletrain_operator.api.constants import Phase
+from stabletrain_operator.api.constants import SKIPS_PER_ACTION, Phase
 from stabletrain_operator.api.policy_memory import PolicyMemory
 
 _log = logging.getLogger(__name__)
@@ -165,15 +165,18 @@ class RollbackRecord(ApiModel):
     RollbackBudgetExhausted, NoUsableCheckpoint, ...); the Event of that reason has the
     evidence."""
     rule: str = Field(default="", max_length=63)
-    """Rule that matched; empty for a manual request."""
+    """Rule that matched, or the built-in name: `manual` (a person's request), `resume`
+    (after a suspend), `escalation`, `default-infrastructure`, `unmatched-trip`."""
     request_id: str = Field(default="", max_length=63)
     """Manual request id; empty for automatic actions."""
     signal: str = Field(max_length=70)
     """Signal that triggered the action (Manual for a person's request)."""
     anomaly_class: AnomalyClass | None = None
-    """Attribution class from the trip report; null for manual and infrastructure actions."""
+    """Attribution class from the trip report; Infrastructure for a worker failure or a
+    stall; null for a manual request or a resume."""
     onset_step: int | None = Field(default=None, ge=0)
-    """First anomalous step; null when there was no anomaly (manual, worker failure)."""
+    """First anomalous step; for a worker failure or a stall the step the run had reached;
+    null for a manual request or a resume."""
     from_step: int = Field(ge=0)
     """Step the run had reached when it stopped."""
     to_step: int | None = Field(default=None, ge=0)
@@ -183,7 +186,7 @@ class RollbackRecord(ApiModel):
     """Why that step: the selection's verdict, a narrowed margin, a start from scratch."""
     lr_scale: float = Field(gt=0.0, le=1.0)
     """LR scale after the action."""
-    skipped: tuple[SkipRange, ...] = Field(default=(), max_length=8)
+    skipped: tuple[SkipRange, ...] = Field(default=(), max_length=SKIPS_PER_ACTION)
     """Skip ranges this action added."""
     attempt: int = Field(ge=0)
     """Attempt that the action launched (Rollback, RestartFromLatest) or acted on (ReduceLR,
@@ -268,7 +271,8 @@ class Plan(ApiModel):
     action: Action
     """Rollback, RestartFromLatest or Fail: the actions that stop the pods."""
     rule: str = Field(default="", max_length=63)
-    """Rule that matched; empty for a manual request or a suspend."""
+    """Rule that matched, or the built-in name (`manual`, `resume`, `escalation`,
+    `default-infrastructure`, `unmatched-trip`)."""
     request_id: str = Field(default="", max_length=63)
     """Manual request id being served; empty for automatic actions."""
     signal: str = Field(max_length=70)
@@ -295,7 +299,7 @@ class Plan(ApiModel):
     """LR scale of the next attempt; null until Planning computed it."""
     rewarmup_steps: int = Field(default=0, ge=0)
     """Re-warm-up of the next attempt."""
-    added_skip: tuple[SkipRange, ...] = Field(default=(), max_length=8)
+    added_skip: tuple[SkipRange, ...] = Field(default=(), max_length=SKIPS_PER_ACTION)
     """Skip ranges this action adds to the active ones."""
     directives_generation: int | None = Field(default=None, ge=1)
     """Generation of the directives written for the next attempt; set in Relaunching."""

@@ -78,10 +78,13 @@ def choose_checkpoint(
     onset: int | None = None,
     when_none: NoCheckpointDecision = NoCheckpointDecision.FROM_SCRATCH,
     excluded: Collection[int] = (),
+    stable_only: bool = True,
 ) -> Choice:
     """The selection function's answer, else the explicit no-checkpoint decision.
 
-    `excluded` are steps the pods of an earlier try of this plan could not restore.
+    `excluded` are steps the pods of an earlier try of this plan could not restore;
+    `stable_only=False` for a restart, which takes the newest checkpoint whatever the
+    signals said when it was saved (never a spike marker).
     """
     pool = [r for r in records if r.step not in excluded]
     limit = bound if bound is not None else max((r.step for r in pool), default=0)
@@ -93,7 +96,9 @@ def choose_checkpoint(
     plural = "steps" if len(steps) > 1 else "step"
     failed = f" (the pods could not restore {plural} {', '.join(map(str, steps))})" if steps else ""
     try:
-        selected = select_checkpoint(pool, onset_step=limit, margin=0, nodes=names, both_tiers=both)
+        selected = select_checkpoint(
+            pool, onset_step=limit, margin=0, nodes=names, both_tiers=both, stable_only=stable_only
+        )
     except NoCheckpointError as error:
         if any(r.step <= limit for r in pool):
             return Choice(0, f"{error}{failed}", usable=False)

@@ -29,6 +29,7 @@ class Decision:
     message: str
     """A sentence a person can act on."""
     evidence: str
+    """What was seen: the detector's values, the pods' failure, a person's stated reason."""
     signal: str
     anomaly_class: AnomalyClass | None
     step: int | None
@@ -48,6 +49,13 @@ class Decision:
     """The manual request this decision answers; empty for automatic decisions."""
     backoff_seconds: int | None = None
     """A restart that completes a crash loop under crashLoop.action Backoff waits this long."""
+
+    @property
+    def told(self) -> str:
+        """The message with the evidence it rests on, for the Event and a Failed condition."""
+        if not self.evidence or self.evidence in self.message:
+            return self.message
+        return f"{self.message}; evidence: {self.evidence}"
 
 
 @dataclass(frozen=True)

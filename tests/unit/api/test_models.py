@@ -62,6 +62,15 @@ def rule(**fields: Any) -> dict[str, Any]:
             "quantity",
         ),
         ({"detection": {"lossSpike": {"ratio": None}}}, "ratio, zscore or both"),
+        (  # a plan holds 8: a ninth range was once accepted and silently dropped
+            {
+                "manualRollback": {
+                    "requestId": "r1",
+                    "skip": [{"first": n, "last": n} for n in range(9)],
+                }
+            },
+            "at most 8 items",
+        ),
     ],
 )
 def test_operator_side_validation_mirrors_the_server(changes: dict[str, Any], message: str) -> None:

@@ -69,6 +69,16 @@ def test_unstable_and_spike_markers_are_never_targets() -> None:
     assert chosen.step == 100
 
 
+def test_a_restart_takes_the_newest_checkpoint_stable_or_not_but_never_a_marker() -> None:
+    records = [record(100), record(200, stable=False), record(210, marker=True, stable=False)]
+    chosen = select_checkpoint(records, onset_step=300, margin=0, nodes=NODES, stable_only=False)
+    assert chosen.step == 200
+    with pytest.raises(NoCheckpointError, match="no checkpoint at or before step 300"):
+        select_checkpoint(
+            [record(210, marker=True)], onset_step=300, margin=0, nodes=NODES, stable_only=False
+        )
+
+
 def test_no_candidate_fails_with_reason() -> None:
     with pytest.raises(NoCheckpointError, match=r"at or before step 90 .*step 50 \(not verified"):
         select_checkpoint(

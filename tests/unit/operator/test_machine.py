@@ -261,6 +261,7 @@ def test_spent_rollback_budget_fails_with_the_reason() -> None:
     assert state["BudgetExhausted"][0] == "True"
     message = next(c.message for c in failed.status.conditions if c.type == "Failed")
     assert "maxRollbacks" in message or "rollback" in message.lower()
+    assert message.endswith("evidence: loss is NaN"), "api.md: names the rule and the evidence"
 
 
 def test_alert_changes_only_status_and_events() -> None:
@@ -279,7 +280,10 @@ def test_alert_changes_only_status_and_events() -> None:
     assert alerted.launch is None
     assert alerted.live is None
     assert conditions(alerted)["Healthy"] == ("False", "Alerted")
-    assert [e.reason for e in alerted.events]
+    (event,) = alerted.events
+    assert (event.type, event.reason) == ("Warning", "Alerted")
+    assert "rule grad alerts on GradNormSpike" in event.message
+    assert event.message.endswith("evidence: grad norm 10x"), "api.md: the signal's evidence"
     repeat = advance(
         alerted.status,
         world(alerted.status, pods=(pod(0), pod(1)), scrapes=scrapes, ledger=alerted.ledger),
@@ -344,6 +348,31 @@ def test_lagging_pod_gets_the_live_directives_again() -> None:
     assert step.live_pods == ("job-a0-1",)
 
 
+def test_a_lagging_pod_is_sent_the_live_directives_again_while_confirming() -> None:
+    """api.md: a live change is retried until every pod applied it. Before, only while
+    Running: one lost PUT during Confirming left the pod behind until the confirmation
+    timed out."""
+    confirming = relaunched_after_nan_trip()
+    status = confirming.model_copy(
+        update={"directives_generation": confirming.directives_generation + 1}
+    )
+    job = spec()
+    base = attempt_directives(job, generation=confirming.directives_generation, attempt=1,
+                              resume_step=50, lr_scale=status.lr_scale, rewarmup_steps=0,
+                              skip=())  # fmt: skip
+    new = status.directives_generation
+    scrapes = (
+        agent(0, attempt=1, step=52, generation=new, lr_scale=status.lr_scale),
+        agent(1, attempt=1, step=52, generation=new - 1, lr_scale=status.lr_scale),
+    )
+    pods = (pod(0, attempt=1), pod(1, attempt=1))
+    step = advance(status, world(status, pods=pods, scrapes=scrapes, attempt_directives=base))
+    assert step.status.phase is Phase.CONFIRMING
+    assert step.live is not None
+    assert (step.live.generation, step.live.attempt) == (new, 1)
+    assert step.live_pods == ("job-a1-1",)
+
+
 def test_worker_failure_restarts_after_backoff_without_lr_change() -> None:
     status = running(counters=Counters(restarts=1))
     crashed = (pod(0, state=PodState.FAILED, reason="OOMKilled"), pod(1))
@@ -358,6 +387,29 @@ def test_worker_failure_restarts_after_backoff_without_lr_change() -> None:
     assert ready.status.plan is not None
     assert ready.status.plan.target_step == 50, "the newest checkpoint"
     assert ready.status.plan.lr_scale == 1.0
+
+
+def test_a_restart_resumes_from_a_checkpoint_saved_while_a_signal_fired() -> None:
+    """api.md: RestartFromLatest takes the newest complete and verified checkpoint, stable or
+    not. Before, with only a checkpoint saved while a signal fired, the restart failed the job
+    with NoUsableCheckpoint; a rollback still refuses it."""
+    saved_while_firing = (record(40, stable=False),)
+    status = running(checkpoints=saved_while_firing)
+    crashed = (pod(0, state=PodState.FAILED, reason="OOMKilled"), pod(1))
+    stop = advance(status, world(status, pods=crashed))
+    planning = advance(stop.status, world(stop.status))
+    ready = advance(planning.status, world(planning.status, now=T0 + timedelta(seconds=3)))
+    assert ready.status.phase is Phase.RELAUNCHING, ready.status.conditions
+    assert ready.status.plan is not None
+    assert ready.status.plan.target_step == 40
+    rollback = running(checkpoints=saved_while_firing)
+    tripped = advance(rollback, world(rollback, pods=tripped_pods()))
+    stopped = advance(tripped.status, world(tripped.status))
+    refused = advance(stopped.status, world(stopped.status))
+    assert refused.status.phase is Phase.FAILED
+    assert conditions(refused)["Failed"] == ("True", "NoUsableCheckpoint")
+    (failed,) = [c for c in refused.status.conditions if c.type == "Failed"]
+    assert "step 40 (not stable)" in failed.message
 
 
 def test_pending_launches_attempt_zero() -> None:
@@ -410,6 +462,31 @@ def test_suspend_saves_first_then_stops_and_resume_relaunches_from_that_save() -
     relaunched = advance(planned.status, world(planned.status))
     assert relaunched.status.counters == Counters(), "resuming spends no budget"
     assert relaunched.status.rollback_history == ()
+
+
+def test_suspend_while_a_rollback_is_confirmed_saves_and_stops_at_once() -> None:
+    """Before: spec.suspend waited until the rollback was confirmed, or for
+    recovery.confirmTimeoutSeconds (3 h by default)."""
+    confirming = relaunched_after_nan_trip()
+    job = spec(suspend=True)
+    base = attempt_directives(job, generation=confirming.directives_generation, attempt=1,
+                              resume_step=50, lr_scale=confirming.lr_scale, rewarmup_steps=0,
+                              skip=())  # fmt: skip
+    pods = (pod(0, attempt=1), pod(1, attempt=1))
+    asking = advance(confirming, world(confirming, spec=job, pods=pods, attempt_directives=base))
+    request = confirming.directives_generation + 1
+    assert asking.live is not None
+    assert asking.live.save_request == request
+    saved = tuple(
+        agent(r, attempt=1, step=53, generation=request, lr_scale=confirming.lr_scale,
+              saved_request=request, saved_step=53)
+        for r in (0, 1)
+    )  # fmt: skip
+    stopping = advance(asking.status, world(asking.status, spec=job, pods=pods, scrapes=saved))
+    assert stopping.status.phase is Phase.STOPPING
+    assert stopping.status.plan is None
+    assert conditions(stopping)["Recovering"] == ("False", "Suspended")
+    assert conditions(stopping)["Suspended"] == ("True", "Suspended")
 
 
 def test_suspend_stops_the_pods_after_its_bound_without_an_answer() -> None:
@@ -468,6 +545,8 @@ def test_manual_rollback_runs_once_per_request_id() -> None:
     assert stop.status.plan is not None
     assert (stop.status.plan.action, stop.status.plan.request_id) == (Action.ROLLBACK, "fix-1")
     assert stop.status.last_manual_request_id == "fix-1"
+    (event,) = stop.events
+    assert event.message.endswith("evidence: bad data"), "api.md: the reason is in the Event"
     step = stop
     while step.status.phase is not Phase.CONFIRMING:
         step = advance(step.status, world(step.status, spec=job))

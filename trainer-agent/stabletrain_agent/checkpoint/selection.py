@@ -1,7 +1,8 @@
 """Which checkpoint a rollback resumes from: a pure, deterministic function of the inventory.
 
-Candidates are the stable, non-marker checkpoints with step <= onset - margin.  Walking
-them newest first, the first one complete and verified on the PFS is chosen:
+Candidates are the stable, non-marker checkpoints with step <= onset - margin (a restart
+after a fault outside the model passes `stable_only=False`: any non-marker checkpoint).
+Walking them newest first, the first one complete and verified on the PFS is chosen:
 
 1. if it is also verified on the local tier of every node the run will use, the ranks read
    it locally (source "local");
@@ -42,12 +43,12 @@ class Selection:
     """The newest candidate passed over because it was on the PFS only (both_tiers)."""
 
 
-def _rejection(record: CheckpointRecord, limit: int) -> str | None:
+def _rejection(record: CheckpointRecord, limit: int, stable_only: bool) -> str | None:
     if record.step > limit:
         return "after the limit"
     if record.spike_marker:
         return "a spike marker"
-    if not record.stable:
+    if stable_only and not record.stable:
         return "not stable"
     if not (record.pfs.complete and record.pfs.verified):
         return "not verified on the PFS"
@@ -69,8 +70,11 @@ def select_checkpoint(
     margin: int,
     nodes: Sequence[str],
     both_tiers: bool = False,
+    stable_only: bool = True,
 ) -> Selection:
-    """The checkpoint to resume from for a spike that began at `onset_step`."""
+    """The checkpoint to resume from for a spike that began at `onset_step`; with
+    `stable_only=False` (a restart: the model was not at fault) a checkpoint saved while a
+    signal fired counts too."""
     if margin < 0:
         raise ValueError(f"margin must be >= 0, got {margin}")
     if not nodes:
@@ -80,7 +84,7 @@ def select_checkpoint(
     passed_over: list[str] = []
     pfs_only: list[tuple[CheckpointRecord, list[str]]] = []
     for record in ordered:
-        problem = _rejection(record, limit)
+        problem = _rejection(record, limit, stable_only)
         if problem is not None:
             if problem != "after the limit":
                 passed_over.append(f"step {record.step} ({problem})")
@@ -119,9 +123,10 @@ def select_checkpoint(
             f"tier; {fallback.reason}",
         )
     considered = f": rejected {', '.join(passed_over)}" if passed_over else ""
+    stable = "stable " if stable_only else ""
     raise NoCheckpointError(
-        f"no stable checkpoint at or before step {limit} (onset {onset_step} - margin {margin}) "
-        f"is verified on the PFS{considered}"
+        f"no {stable}checkpoint at or before step {limit} (onset {onset_step} - margin "
+        f"{margin}) is verified on the PFS{considered}"
     )
 
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 from pathlib import PurePosixPath
 
 JOB_NAME = "STABLETRAIN_JOB_NAME"
-"""Name of the StableTrainingJob: labels metrics and names the PFS directory."""
+"""Name of the StableTrainingJob, for the training script's own use (run names, logs); the
+agent does not read it."""
 JOB_NAMESPACE = "STABLETRAIN_JOB_NAMESPACE"
 """Its namespace."""
 ATTEMPT = "STABLETRAIN_ATTEMPT"
