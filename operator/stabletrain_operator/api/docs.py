@@ -102,9 +102,11 @@ def _field_rows(node: Schema, path: str, required: bool, rows: list[str], rules:
         f"| `{path}` | {_type_of(node)} | {_cell(default)} | {_cell(_constraints(node))} "
         f"| {_cell(node.get('description', ''))} |"
     )
-    for rule in node.get("x-kubernetes-validations", []):
-        target = path + rule.get("fieldPath", "")
-        rules.append(f"| `{path}` | `{rule['rule']}` | `{target}` | {_cell(rule['message'])} |")
+    items = node.get("items", {})
+    for on, schema in ((path, node), (f"{path}[]", items)):  # a list's items carry rules too
+        for rule in schema.get("x-kubernetes-validations", []):
+            target = on + rule.get("fieldPath", "")
+            rules.append(f"| `{on}` | `{rule['rule']}` | `{target}` | {_cell(rule['message'])} |")
     children = node.get("properties") or node.get("items", {}).get("properties")
     if not children:
         return

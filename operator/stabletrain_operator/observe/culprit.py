@@ -77,7 +77,7 @@ def _how(pod: PodFacts) -> str:
     return f"pod {pod.name} on node {pod.node}: {what}"
 
 
-def speaks_for_itself(pod: PodFacts) -> bool:
+def _speaks_for_itself(pod: PodFacts) -> bool:
     """Whether the pod's end names its cause without comparing it to the others: lost with
     its node, a node reason, or its worker killed by a signal."""
     return (
@@ -90,7 +90,7 @@ def awaiting_peers(failed: Sequence[PodFacts], current: Sequence[PodFacts], now:
     runs: wait for it within PEERS_AWAITED of the first end (`finishedAt`, whole seconds),
     so that a rank killed by a signal, whose pod may end seconds after its victims', is
     the one attributed."""
-    if not failed or any(speaks_for_itself(p) for p in failed):
+    if not failed or any(_speaks_for_itself(p) for p in failed):
         return False
     if not any(p.state is PodState.RUNNING for p in current):
         return False
