@@ -84,7 +84,10 @@ def main() -> None:
     model = GPT2LMHeadModel(config)
     callbacks = [stabletrain, StepLog(S["log_dir"], stabletrain, data)]  # stabletrain
     trainer = ShakespeareTrainer(model=model, args=args, callbacks=callbacks)
-    trainer.train(resume_from_checkpoint=stabletrain.resume_from_checkpoint)  # stabletrain
+    try:  # stabletrain
+        trainer.train(resume_from_checkpoint=stabletrain.resume_from_checkpoint)  # stabletrain
+    finally:  # stabletrain
+        stabletrain.close()  # stabletrain: after an error, hands the checkpoints over
 
 
 if __name__ == "__main__":

@@ -66,7 +66,7 @@ def main() -> None:
     loader = SkipAwareLoader(  # stabletrain
         data, corpus.shards, batch_size=S["batch"], rank=rank, world_size=world
     )
-    stabletrain = StableTrainCallback(loader)  # stabletrain
+    stabletrain = StableTrainCallback(loader, warmup_steps=S["warmup"])  # stabletrain
     trainer = pl.Trainer(
         accelerator="cpu",
         devices=devices,

@@ -1,17 +1,29 @@
 """The torch side of the agent: one call per step that watches, protects and obeys.
 
 Three lines in a plain PyTorch loop (or under torchrun, with DDP or without; create it
-after ``init_process_group``)::
+after ``init_process_group``), with the checkpoint manager attached and restored first::
 
     guard = Guard.from_env(model, optimizer, scheduler=scheduler, data=batches)  # 1
-    for inputs, targets in batches:
-        loss = model(inputs, targets)
-        loss.backward()
-        verdict = guard.step(loss, tokens=inputs.numel())  # 2: replaces clip, optimizer.step, ...
-        optimizer.zero_grad()
-        if guard.is_save_step():  # 3: every checkpoints.intervalSteps; inside an anomaly the
-            manager.save(guard.global_step, stable=not verdict.findings,  # save is evidence
-                         spike_marker=bool(verdict.findings))
+    manager = CheckpointManager(CheckpointConfig.from_env(),
+                                {"train": ModelOptimizerState(model, optimizer), "guard": guard},
+                                {"scheduler": scheduler})
+    guard.checkpoints = manager
+    restore_planned(manager, guard.applied, termination_path=guard.env.termination_path)
+    try:
+        while guard.global_step < total_steps:
+            inputs, targets = next(batches)
+            loss = model(inputs, targets)
+            loss.backward()
+            verdict = guard.step(loss, tokens=inputs.numel())  # 2: clip, optimizer.step, ...
+            optimizer.zero_grad()
+            if guard.is_save_step():  # 3: every checkpoints.intervalSteps; inside an anomaly
+                manager.save(guard.global_step, stable=not verdict.findings,  # the save is
+                             spike_marker=bool(verdict.findings))  # evidence
+        manager.wait()
+        manager.flush(60.0)
+    finally:
+        guard.close()  # the final step for the operator, or the hand-over after an error
+    manager.close()
 
 ``Guard.from_env`` reads the pod's directives and paths and, on local rank 0, serves
 /metrics, /v1/status and the live-directive PUT; ``Guard(...)`` takes each part explicitly.

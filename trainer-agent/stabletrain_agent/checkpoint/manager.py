@@ -5,11 +5,11 @@ Sharding across nodes: torch.distributed.checkpoint writes a key held by several
 once per process group.  Saving over the whole world would leave each node's local tier with
 only part of the replicated (data-parallel) state, so a node could not restore alone.  The
 manager therefore runs DCP over a per-node gloo group: each node's local copy holds all the
-state its ranks need, per-rank state (RNG, data cursor) lives under a per-rank key, and the
-node's part on the PFS is a byte copy of its local copy.  A separate world-wide gloo group
-is used only to agree on the restore step.  Neither group is the training group, so
-checkpoint collectives never interleave with training collectives even while a save runs in
-the background.
+state its ranks need, per-rank state (the `rank_state` given, such as the RNG) lives under a
+per-rank key, and the node's part on the PFS is a byte copy of its local copy.  A separate
+world-wide gloo group is used only to agree on the restore step.  Neither group is the
+training group, so checkpoint collectives never interleave with training collectives even
+while a save runs in the background.
 
 Identity across relaunches: torchrun's c10d rendezvous hands out global ranks in its own
 order, so a relaunched pod may get another global rank than before.  What stays is the pod's

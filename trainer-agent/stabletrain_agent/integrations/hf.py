@@ -5,14 +5,20 @@
         output_dir=default_output_dir(), max_grad_norm=0, ignore_data_skip=True, ...
     )
     trainer = MyTrainer(model, args, callbacks=[stabletrain])   # get_train_dataloader -> loader
-    trainer.train(resume_from_checkpoint=stabletrain.resume_from_checkpoint)
+    try:
+        trainer.train(resume_from_checkpoint=stabletrain.resume_from_checkpoint)
+    finally:
+        stabletrain.close()     # the Trainer has no exception hook: the hand-over after an error
 
 The guard: the Trainer calls ``optimizer.step()`` itself, so the callback guards that step
 (core.GuardedOptimizer): the loss comes from a forward hook on the model (the mean over the
 step's micro-batches), the update happens only if the guard lets it, at the directives' LR
 scale. The guard clips (``max_grad_norm=0`` turns the Trainer's clipping off: clipping
 first would hide the grad norm the guard watches). A trip leaves ``train()`` as the trip's
-SystemExit, after the guard flushed the checkpoints and wrote the trip report.
+SystemExit, after the guard flushed the checkpoints and wrote the trip report. Any other
+error leaves it without a callback (the Trainer has no exception hook), so the script
+closes the callback in a ``finally``: ``Guard.close`` then hands the checkpoints over, as in
+a plain loop.
 
 The two tiers, least intrusively: the Trainer keeps writing its checkpoint its own way
 (``output_dir/checkpoint-N``: weights, optimizer, scheduler, RNG, trainer state), and the
@@ -74,11 +80,15 @@ class StableTrainCallback(TrainerCallback):
         *,
         max_grad_norm: float | None = 1.0,
         checkpoint_interval_steps: int | None = None,
+        warmup_steps: int | None = None,
     ) -> None:
+        """`warmup_steps`: the LR warm-up, for the preflight checks; by default the
+        TrainingArguments' (`warmup_steps`, else `warmup_ratio` of the run's steps)."""
         self.loader = loader
         loader.count_steps()
         self.max_grad_norm = max_grad_norm
         self.checkpoint_interval_steps = checkpoint_interval_steps
+        self.warmup_steps = warmup_steps
         self.guard: Guard | None = None
         self._stepper: GuardedOptimizer | None = None
         self._hook: RemovableHandle | None = None
@@ -154,6 +164,11 @@ class StableTrainCallback(TrainerCallback):
             data=self.loader,
             checkpoints=FrameworkCheckpoints(self.manager) if self.manager else None,
             checkpoint_interval_steps=self.checkpoint_interval_steps,
+            warmup_steps=(
+                self.warmup_steps
+                if self.warmup_steps is not None
+                else args.get_warmup_steps(state.max_steps)
+            ),
         )
         if self.restored is not None:
             self.guard.load_state_dict(self._guard_state.loaded)
@@ -235,16 +250,27 @@ class StableTrainCallback(TrainerCallback):
         **kwargs: Any,
     ) -> None:
         """A finished run gets its last checkpoints to the PFS before the pod exits."""
-        if self._hook is not None:
-            self._hook.remove()
-        if self._stepper is not None:
-            self._stepper.uninstall()
         if self.manager is not None:
             self.manager.wait()
             self.manager.flush(60.0)
-            self.manager.close()
-        if self.guard is not None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop guarding and checkpointing (safe to call more than once). Called from the
+        script's ``finally`` while an error other than a trip ends ``train()``, the guard
+        first hands the checkpoints over (Guard.close)."""
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
+        if self._stepper is not None:
+            self._stepper.uninstall()
+            self._stepper = None
+        if self.guard is not None:  # first: its hand-over flushes through the manager
             self.guard.close()
+            self.guard = None
+        if self.manager is not None:
+            self.manager.close()
+            self.manager = None
 
 
 def _is_mine(name: str, process_index: int) -> bool:

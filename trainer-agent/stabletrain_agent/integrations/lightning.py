@@ -13,8 +13,9 @@
 
 The callback runs the guard on every optimizer step Lightning takes (see core.py: the
 update happens only if the guard lets it, at the directives' LR scale), and a trip ends the
-fit the way any exception does in Lightning: ``on_exception`` hooks, teardown, then the
-trip's SystemExit leaves ``fit``. Gradient clipping is the guard's (it measures the grad
+fit the way any exception does in Lightning: ``on_exception`` hooks (the callback closes the
+guard and the manager there; Lightning calls no callback teardown on an exception), then
+the trip's SystemExit leaves ``fit``. Gradient clipping is the guard's (it measures the grad
 norm in the same pass), so Lightning's ``gradient_clip_val`` stays unset.
 
 The plugin writes Lightning's checkpoint dict to the node-local tier and replicates it to
@@ -101,11 +102,15 @@ class StableTrainCallback(pl.Callback):
         *,
         max_grad_norm: float | None = 1.0,
         checkpoint_interval_steps: int | None = None,
+        warmup_steps: int | None = None,
     ) -> None:
+        """`warmup_steps`: the LR warm-up the module's scheduler runs, for the preflight
+        checks (Lightning steps the scheduler itself, so the guard cannot probe it)."""
         self.loader = loader
         loader.count_steps()
         self.max_grad_norm = max_grad_norm
         self.checkpoint_interval_steps = checkpoint_interval_steps
+        self.warmup_steps = warmup_steps
         self.checkpoint_io = StableTrainCheckpointIO(self)
         self.guard: Guard | None = None
         self._stepper: GuardedOptimizer | None = None
@@ -176,6 +181,7 @@ class StableTrainCallback(pl.Callback):
             data=self.loader,
             checkpoints=FrameworkCheckpoints(self.manager) if self.manager else None,
             checkpoint_interval_steps=self.checkpoint_interval_steps,
+            warmup_steps=self.warmup_steps,
         )
         if self._loaded_state is not None:
             self.guard.load_state_dict(self._loaded_state)
@@ -220,14 +226,24 @@ class StableTrainCallback(pl.Callback):
             self.manager.wait()
             self.manager.flush(60.0)
 
+    def on_exception(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
+    ) -> None:
+        """A fit that ends on an exception calls no teardown hook: close here, while the
+        exception is being handled, so an error other than a trip hands the checkpoints
+        over (Guard.close) as a plain loop's ``finally`` does."""
+        self.teardown(trainer, pl_module, "fit")
+
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if self._stepper is not None:
             self._stepper.uninstall()
             self._stepper = None
         if self.guard is not None:
             self.guard.close()
+            self.guard = None
         if self.manager is not None:
             self.manager.close()
+            self.manager = None
 
 
 def _closure_loss(closure: Any) -> Tensor:
