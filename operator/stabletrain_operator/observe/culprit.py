@@ -77,12 +77,15 @@ def _how(pod: PodFacts) -> str:
     return f"pod {pod.name} on node {pod.node}: {what}"
 
 
+def _lost_to_its_node(pod: PodFacts) -> bool:
+    """Lost with its node, or ended for a reason that points at the node by itself."""
+    return pod.state is PodState.GONE or pod.reason in NODE_REASONS
+
+
 def _speaks_for_itself(pod: PodFacts) -> bool:
-    """Whether the pod's end names its cause without comparing it to the others: lost with
-    its node, a node reason, or its worker killed by a signal."""
-    return (
-        pod.state is PodState.GONE or pod.reason in NODE_REASONS or worker_signal(pod) is not None
-    )
+    """Whether the pod's end names its cause without comparing it to the others: lost to
+    its node, or its worker killed by a signal."""
+    return _lost_to_its_node(pod) or worker_signal(pod) is not None
 
 
 def awaiting_peers(failed: Sequence[PodFacts], current: Sequence[PodFacts], now: datetime) -> bool:
@@ -106,7 +109,7 @@ def failure_suspects(failed: Sequence[PodFacts], pods: int | None = None) -> tup
     if not failed:
         return ()
     total = max(pods or 0, len(failed))
-    by_node = [p for p in failed if p.state is PodState.GONE or p.reason in NODE_REASONS]
+    by_node = [p for p in failed if _lost_to_its_node(p)]
     if by_node:
         return tuple(_suspect(p, _how(p), True) for p in by_node)
     signalled = [p for p in failed if worker_signal(p) is not None]
