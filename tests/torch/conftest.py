@@ -1,4 +1,5 @@
-"""Shared fixtures of the torch tests: counting host synchronisations from the outside."""
+"""Shared fixtures of the torch tests: counting host synchronisations from the outside, and
+a pod's environment with every Guard.close recorded (the framework callbacks' exits)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,10 @@ from typing import Any
 
 import pytest
 import torch
+
+from stabletrain_agent.contract import env
+from stabletrain_agent.guard import Guard
+from support.guard_closes import GuardCloses
 
 SYNC_POINTS = ("item", "__bool__", "__float__", "__int__", "__index__", "tolist", "cpu", "numpy")
 """Tensor methods that make the host wait for the device (or read a value to the host)."""
@@ -66,3 +71,27 @@ def load_tiny_gpt() -> ModuleType:
 @pytest.fixture(scope="session")
 def tiny_gpt() -> ModuleType:
     return load_tiny_gpt()
+
+
+@pytest.fixture
+def guard_closes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> GuardCloses:
+    """A pod's environment under `tmp_path` (tiers, attempt 0, the agent on a free loopback
+    port), with every Guard.close recorded."""
+    for name, where in (
+        (env.LOCAL_CHECKPOINT_DIR, "local"),
+        (env.PFS_CHECKPOINT_DIR, "pfs"),
+        (env.LINEAGE_DIR, "lineage"),
+    ):
+        monkeypatch.setenv(name, str(tmp_path / where))
+    monkeypatch.setenv(env.ATTEMPT, "0")
+    monkeypatch.setenv(env.AGENT_BIND_ADDRESS, "127.0.0.1")
+    monkeypatch.setenv(env.AGENT_PORT, "0")
+    closes = GuardCloses()
+    close = Guard.close
+
+    def recording_close(guard: Guard) -> None:
+        closes.in_flight.append(sys.exc_info()[0])
+        close(guard)
+
+    monkeypatch.setattr(Guard, "close", recording_close)
+    return closes

@@ -7,8 +7,6 @@ hand-over after a peer died) and the manager's replication thread was left runni
 
 from __future__ import annotations
 
-import sys
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +15,10 @@ import torch
 from torch.utils.data import Dataset
 from transformers import Trainer, TrainingArguments
 
-from stabletrain_agent.contract import env
 from stabletrain_agent.data import Shard
 from stabletrain_agent.data.loader import SkipAwareLoader
-from stabletrain_agent.guard import Guard
 from stabletrain_agent.integrations.hf import StableTrainCallback
+from support.guard_closes import GuardCloses
 
 SHARDS = [Shard(f"s{i}", 8) for i in range(4)]
 FAILING_CALL = 3
@@ -51,23 +48,8 @@ class PeerLost(torch.nn.Module):
 
 
 def test_close_in_the_scripts_finally_closes_the_guard_while_the_error_is_handled(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, guard_closes: GuardCloses
 ) -> None:
-    for name, where in ((env.LOCAL_CHECKPOINT_DIR, "local"), (env.PFS_CHECKPOINT_DIR, "pfs"),
-                        (env.LINEAGE_DIR, "lineage")):  # fmt: skip
-        monkeypatch.setenv(name, str(tmp_path / where))
-    monkeypatch.setenv(env.ATTEMPT, "0")
-    monkeypatch.setenv(env.AGENT_BIND_ADDRESS, "127.0.0.1")
-    monkeypatch.setenv(env.AGENT_PORT, "0")
-    closed: list[type[BaseException] | None] = []
-    close = Guard.close
-
-    def recording_close(guard: Guard) -> None:
-        closed.append(sys.exc_info()[0])  # what Guard.close decides the hand-over on
-        close(guard)
-
-    monkeypatch.setattr(Guard, "close", recording_close)
-    earlier = set(threading.enumerate())
     loader = SkipAwareLoader(Numbers(), SHARDS, batch_size=2, rank=0, world_size=1)
     callback = StableTrainCallback(loader)
     args = TrainingArguments(
@@ -91,7 +73,7 @@ def test_close_in_the_scripts_finally_closes_the_guard_while_the_error_is_handle
     with pytest.raises(RuntimeError, match="by peer"):
         train_as_the_example_does()
     callback.close()  # twice is harmless
-    assert closed == [RuntimeError], "closed once, while the error was being handled"
-    started = set(threading.enumerate()) - earlier
-    replicators = [t for t in started if t.name == "stabletrain-replicator"]
-    assert not replicators, "the manager's replication thread was stopped"
+    assert guard_closes.in_flight == [RuntimeError], (
+        "closed once, while the error was being handled"
+    )
+    assert not guard_closes.replicators_left(), "the manager's replication thread was stopped"

@@ -8,8 +8,6 @@ thread was left running.
 
 from __future__ import annotations
 
-import sys
-import threading
 from pathlib import Path
 
 import pytest
@@ -17,11 +15,10 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import Dataset
 
-from stabletrain_agent.contract import env
 from stabletrain_agent.data import Shard
 from stabletrain_agent.data.loader import SkipAwareLoader
-from stabletrain_agent.guard import Guard
 from stabletrain_agent.integrations.lightning import StableTrainCallback
+from support.guard_closes import GuardCloses
 
 SHARDS = [Shard(f"s{i}", 8) for i in range(4)]
 FAILING_STEP = 3
@@ -52,23 +49,8 @@ class PeerLost(pl.LightningModule):
 
 
 def test_an_error_inside_fit_closes_the_guard_while_it_is_handled_and_the_manager(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, guard_closes: GuardCloses
 ) -> None:
-    monkeypatch.setenv(env.LOCAL_CHECKPOINT_DIR, str(tmp_path / "local"))
-    monkeypatch.setenv(env.PFS_CHECKPOINT_DIR, str(tmp_path / "pfs"))
-    monkeypatch.setenv(env.LINEAGE_DIR, str(tmp_path / "lineage"))
-    monkeypatch.setenv(env.ATTEMPT, "0")
-    monkeypatch.setenv(env.AGENT_BIND_ADDRESS, "127.0.0.1")
-    monkeypatch.setenv(env.AGENT_PORT, "0")
-    closed: list[type[BaseException] | None] = []
-    close = Guard.close
-
-    def recording_close(guard: Guard) -> None:
-        closed.append(sys.exc_info()[0])  # what Guard.close decides the hand-over on
-        close(guard)
-
-    monkeypatch.setattr(Guard, "close", recording_close)
-    earlier = set(threading.enumerate())
     loader = SkipAwareLoader(Numbers(), SHARDS, batch_size=2, rank=0, world_size=1)
     callback = StableTrainCallback(loader)
     assert callback.manager is not None
@@ -85,7 +67,7 @@ def test_an_error_inside_fit_closes_the_guard_while_it_is_handled_and_the_manage
     )
     with pytest.raises(RuntimeError, match="by peer"):
         trainer.fit(PeerLost(), train_dataloaders=loader, ckpt_path=callback.ckpt_path)
-    assert closed == [RuntimeError], "closed once, while the error was being handled"
-    started = set(threading.enumerate()) - earlier
-    replicators = [t for t in started if t.name == "stabletrain-replicator"]
-    assert not replicators, "the manager's replication thread was stopped"
+    assert guard_closes.in_flight == [RuntimeError], (
+        "closed once, while the error was being handled"
+    )
+    assert not guard_closes.replicators_left(), "the manager's replication thread was stopped"
