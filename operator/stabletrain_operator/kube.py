@@ -104,6 +104,16 @@ class Kube:
             if error.status != HTTPStatus.NOT_FOUND:
                 raise
 
+    def label_pod(self, namespace: str, name: str, labels: Json) -> bool:
+        """Merge `labels` into a pod's; False when the pod is gone."""
+        try:
+            self.core.patch_namespaced_pod(name, namespace, {"metadata": {"labels": labels}})
+        except ApiException as error:
+            if error.status == HTTPStatus.NOT_FOUND:
+                return False
+            raise
+        return True
+
     def list_pods(self, namespace: str, selector: str) -> list[Json]:
         """Pods matching a label selector, as plain camelCase JSON (what kubectl shows)."""
         listed = self.core.list_namespaced_pod(namespace, label_selector=selector)

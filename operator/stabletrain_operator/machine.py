@@ -13,21 +13,28 @@ the same action exactly once.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from stabletrain_agent.contract.channel import AgentStatus
 from stabletrain_agent.contract.directives import Directives, SkipRange
 from stabletrain_agent.contract.names import Action, Signal
+from stabletrain_agent.contract.supervisor import SupervisorReport
 from stabletrain_agent.contract.trip_report import TripReport
 from stabletrain_operator import naming
 from stabletrain_operator.api.constants import SKIPS_PER_ACTION, ConditionType, Phase, Reason
-from stabletrain_operator.api.spec import CrashLoopAction, PreflightMode, StableTrainingJobSpec
+from stabletrain_operator.api.spec import (
+    CrashLoopAction,
+    PreflightMode,
+    RestartMode,
+    StableTrainingJobSpec,
+)
 from stabletrain_operator.api.status import (
     CHOICE_MAX,
     EXCLUDED_MAX,
     HISTORY_MAX,
+    REPLACED_LISTED_MAX,
     SKIP_RANGES_INLINE_MAX,
     Counters,
     Plan,
@@ -67,6 +74,15 @@ from stabletrain_operator.plan.checkpoint import (
     step_bound,
 )
 from stabletrain_operator.plan.confirm import Outcome, confirm_step, confirmation
+from stabletrain_operator.plan.in_place import (
+    Split,
+    keepable,
+    lagging_starts,
+    must_replace,
+    nodes_to_leave,
+    split,
+    stopped,
+)
 from stabletrain_operator.plan.merged_inventory import merged_inventory, without_abandoned
 from stabletrain_operator.plan.placement import avoided_nodes, remember_suspects, unexpired
 from stabletrain_operator.plan.sent_directives import attempt_directives, live_directives
@@ -75,7 +91,7 @@ from stabletrain_operator.plan.skips import (
     merge_skip_ranges,
     skipping_repeat_suspects,
 )
-from stabletrain_operator.pods import grace_seconds
+from stabletrain_operator.pods import grace_seconds, pod_shape, supervised
 from stabletrain_operator.policy import (
     Decision,
     Deferral,
@@ -146,6 +162,11 @@ class World:
     """A Refuse-mode job's preflight pod while Pending (None: not read this tick)."""
     progress: tuple[RankProgress, ...] = ()
     """Newest heartbeat of each running pod of the current attempt (empty between scrapes)."""
+    supervisors: Mapping[str, SupervisorReport] = field(default_factory=dict)
+    """The newest report of each supervised pod's supervisor (by pod name)."""
+    handed_over: tuple[AgentStatus, ...] = ()
+    """This tick's statuses of pods whose supervisor answered for an absent training agent:
+    their checkpoints, scanned on disk, join the inventory."""
 
 
 @dataclass(frozen=True)
@@ -161,6 +182,9 @@ class Launch:
     avoid_required: bool = True
     """Required anti-affinity when enough other nodes are there, else only preferred;
     False: always only preferred."""
+    in_place: tuple[tuple[int, str], ...] = ()
+    """(rank, pod) of the pods kept from the stopped attempt: relabelled to this attempt
+    and told to start it; only the other ranks get new pods."""
 
 
 @dataclass(frozen=True)
@@ -180,6 +204,11 @@ class Transition:
     launch: Launch | None = None
     delete_pods: tuple[str, ...] = ()
     force_delete: bool = False
+    stop_pods: tuple[str, ...] = ()
+    """Supervised pods told to stop the processes of `stop_attempt` (after the write)."""
+    stop_attempt: int = 0
+    start_pods: tuple[str, ...] = ()
+    """Supervised pods of the current attempt told (again) to start it (after the write)."""
     live: Directives | None = None
     live_pods: tuple[str, ...] = ()
     events: tuple[Event, ...] = ()
@@ -430,17 +459,17 @@ def _replan(status: StableTrainingJobStatus, world: World, evidence: Sequence[st
         }
     )
     stopping = status.model_copy(update={"phase": Phase.STOPPING, "plan": again})
+    stopping, stop = _first_stop(stopping, world)
     stopping = clear_ready(
         stopping,
         world,
         reason=Reason.RESTORE_FAILED,
-        message=f"stopping every pod of attempt {status.attempt}: restore failed",
+        message=f"{_stopping_message(stopping, world)}: restore failed",
     )
-    return Transition(
-        stopping,
-        world.ledger,
-        delete_pods=tuple(sorted(p.name for p in world.pods)),
-        events=(Event("Warning", Reason.RESTORE_FAILED, message),),
+    return dataclasses.replace(
+        stop,
+        status=stopping,
+        events=(Event("Warning", Reason.RESTORE_FAILED, message), *stop.events),
     )
 
 
@@ -494,7 +523,13 @@ def _keep_running(
             generation=status.directives_generation,
             lr_scale=status.lr_scale,
         )
-    return Transition(status, world.ledger, live=live, live_pods=lagging if live else ())
+    return Transition(
+        status,
+        world.ledger,
+        live=live,
+        live_pods=lagging if live else (),
+        start_pods=lagging_starts(current, world.supervisors, status.attempt),
+    )
 
 
 def _confirm(transition: Transition, world: World) -> Transition:
@@ -721,25 +756,27 @@ def _stop_for(
             "last_manual_request_id": decision.request_id or status.last_manual_request_id,
         }
     )
+    stopping, stop = _first_stop(stopping, world)
     # A Fail's Recovering message becomes the Failed condition's: it names the evidence too.
     message = decision.told if kind.ends_the_job else decision.message
     stopping = set_recovering(stopping, world, reason=decision.reason, message=message[:1024])
     stopping = clear_ready(
-        stopping,
-        world,
-        reason=decision.reason,
-        message=f"stopping every pod of attempt {status.attempt} for {decision.action}",
+        stopping, world, reason=decision.reason, message=_stopping_message(stopping, world)
     )
     # A restart answers a fault outside the model: the training itself stays Healthy.
     if kind.counter is not StatusCounter.RESTARTS:
         stopping = clear_healthy(
             stopping, world, reason=decision.reason, message=decision.evidence or decision.message
         )
-    return Transition(
-        stopping,
-        ledger,
-        delete_pods=tuple(sorted(p.name for p in world.pods)),
-        events=(event, *(Event("Warning", Reason.SUSPECT_NODE, m) for m in suspect_events)),
+    return dataclasses.replace(
+        stop,
+        status=stopping,
+        ledger=ledger,
+        events=(
+            event,
+            *(Event("Warning", Reason.SUSPECT_NODE, m) for m in suspect_events),
+            *stop.events,
+        ),
         decision=decision,
     )
 
@@ -752,6 +789,74 @@ def _pre_spike_baseline(status: StableTrainingJobStatus) -> float | None:
     return status.loss_baseline
 
 
+def _first_stop(
+    status: StableTrainingJobStatus, world: World
+) -> tuple[StableTrainingJobStatus, Transition]:
+    """The plan's stop begins: every pod deleted, or, for a relaunch in place, the pods that
+    can run the next attempt told to stop their processes and only the others deleted."""
+    plan = status.plan
+    assert plan is not None
+    everything = tuple(sorted(p.name for p in world.pods))
+    if kind_of(plan.action).ends_the_job or not supervised(world.spec):
+        return status, Transition(status, world.ledger, delete_pods=everything)
+    parts = _split(status, world, plan)
+    kept_ranks = {p.rank for p in parts.kept}
+    plan = plan.model_copy(
+        update={
+            "in_place": True,
+            "replaced_ranks": tuple(
+                r for r in range(world.spec.workers.nodes) if r not in kept_ranks
+            ),
+        }
+    )
+    status = status.model_copy(update={"plan": plan})
+    left = _left_nodes(status, world)
+    shape = pod_shape(world.spec)
+    replaced = [
+        f"pod {p.name} (rank {p.rank}) is replaced: {why}"
+        for p in parts.replaced
+        if p.attempt == plan.from_attempt
+        and (why := keepable(p, (plan.from_attempt,), shape=shape, avoided=left))
+    ]
+    return status, Transition(
+        status,
+        world.ledger,
+        delete_pods=tuple(sorted(p.name for p in parts.replaced)),
+        stop_pods=tuple(p.name for p in parts.kept),
+        stop_attempt=plan.from_attempt,
+        events=tuple(Event("Normal", Reason.POD_REPLACED, m[:1024]) for m in replaced[:16]),
+    )
+
+
+def _left_nodes(status: StableTrainingJobStatus, world: World) -> set[str]:
+    avoid, _ = avoided_nodes(status.suspect_nodes, world.spec.recovery.placement)
+    return nodes_to_leave(status.suspect_nodes, avoid)
+
+
+def _split(status: StableTrainingJobStatus, world: World, plan: Plan) -> Split:
+    attempts = (plan.from_attempt, plan.next_attempt)
+    return split(
+        world.pods,
+        attempts if status.phase is Phase.RELAUNCHING else attempts[:1],
+        shape=pod_shape(world.spec),
+        avoided=_left_nodes(status, world),
+        replaced_ranks=plan.replaced_ranks if plan.in_place else (),
+    )
+
+
+def _stopping_message(status: StableTrainingJobStatus, world: World) -> str:
+    plan = status.plan
+    assert plan is not None
+    if not plan.in_place:
+        return f"stopping every pod of attempt {plan.from_attempt} for {plan.action}"
+    nodes = world.spec.workers.nodes
+    kept = nodes - len(plan.replaced_ranks)
+    return (
+        f"stopping the training processes of attempt {plan.from_attempt} for {plan.action}: "
+        f"{kept} of {nodes} pod(s) restart in place, {len(plan.replaced_ranks)} replaced"
+    )
+
+
 # --- Stopping -------------------------------------------------------------------------------
 
 
@@ -759,6 +864,8 @@ def _stopping(status: StableTrainingJobStatus, world: World) -> Transition:
     plan = status.plan
     if plan is not None:
         status = _late_trips(status, world, plan.from_attempt)
+        if plan.in_place:
+            return _stopping_in_place(status, world, plan)
     if world.pods:
         since = plan.started_at if plan is not None else _suspended_since(status, world)
         # Pods left only on nodes that stopped reporting are forced at once: no kubelet
@@ -785,6 +892,57 @@ def _stopping(status: StableTrainingJobStatus, world: World) -> Transition:
         return _failed(status, world, *_recovering_reason(status))
     planning = status.model_copy(update={"phase": Phase.PLANNING})
     return Transition(planning, world.ledger)
+
+
+def _stopping_in_place(status: StableTrainingJobStatus, world: World, plan: Plan) -> Transition:
+    """The kept pods' processes stop (their supervisors report each attempt ended); a kept
+    pod whose container ended, whose processes survive KILL or are not gone after the grace
+    period plus STOP_FORCE_MARGIN is replaced after all; every other pod goes as in a full
+    stop. What the supervisors scanned on their tiers meanwhile joins the inventory."""
+    status = status.model_copy(
+        update={"checkpoints": merged_inventory(status.checkpoints, _handed_over(status, world))}
+    )
+    overdue = world.now - plan.started_at >= stop_force_after(world.spec)
+    parts = _split(status, world, plan)
+    kept: list[PodFacts] = []
+    late: list[tuple[PodFacts, str]] = []
+    for pod in parts.kept:
+        report = world.supervisors.get(pod.name)
+        why = must_replace(pod, report, plan.from_attempt, overdue=overdue)
+        if why is None:
+            kept.append(pod)
+        else:
+            late.append((pod, why))
+    events: tuple[Event, ...] = ()
+    if late:
+        ranks = sorted({*plan.replaced_ranks, *(pod.rank for pod, _ in late)})
+        plan = plan.model_copy(update={"replaced_ranks": tuple(ranks)})
+        status = status.model_copy(update={"plan": plan})
+        events = tuple(
+            Event("Warning", Reason.POD_REPLACED, f"{why}: replacing it") for _, why in late
+        )
+    going = [*parts.replaced, *(pod for pod, _ in late)]
+    waiting = [p for p in kept if not stopped(world.supervisors.get(p.name), plan.from_attempt)]
+    if going or waiting:
+        force = overdue or (bool(going) and all(p.node_silent for p in going))
+        asked = [p for p in going if force or not p.deleting]
+        return Transition(
+            status,
+            world.ledger,
+            delete_pods=tuple(sorted(p.name for p in asked)),
+            force_delete=force,
+            stop_pods=tuple(p.name for p in waiting),
+            stop_attempt=plan.from_attempt,
+            events=events,
+        )
+    planning = status.model_copy(update={"phase": Phase.PLANNING})
+    return Transition(planning, world.ledger, events=events)
+
+
+def _handed_over(status: StableTrainingJobStatus, world: World) -> list[AgentStatus]:
+    """Statuses of the stopping attempt's pods this tick: the agents' own while they still
+    answer, else their supervisors' scans of the tiers."""
+    return [*_fresh(status, world), *world.handed_over]
 
 
 def _late_trips(
@@ -908,7 +1066,19 @@ def _relaunching(status: StableTrainingJobStatus, world: World) -> Transition:
         skip=skip,
     )
     spill = skip if len(skip) > SKIP_RANGES_INLINE_MAX else None
-    entry = RollbackRecord.from_plan(plan, reason=_recovering_reason(status)[0], lr_scale=lr_scale)
+    kept = _split(status, world, plan).kept if plan.in_place else ()
+    kept_ranks = {p.rank for p in kept}
+    nodes = world.spec.workers.nodes
+    replaced = [rank for rank in range(nodes) if rank not in kept_ranks]
+    entry = RollbackRecord.from_plan(
+        plan, reason=_recovering_reason(status)[0], lr_scale=lr_scale
+    ).model_copy(
+        update={
+            "restarted_in_place": len(kept),
+            "replaced_pods": len(replaced),
+            "replaced_ranks": tuple(replaced[:REPLACED_LISTED_MAX]) if plan.in_place else (),
+        }
+    )
     history = status.rollback_history
     if plan.rule == RESUME_RULE:
         pass
@@ -938,9 +1108,17 @@ def _relaunching(status: StableTrainingJobStatus, world: World) -> Transition:
         }
     )
     message = (
-        f"relaunched attempt {plan.next_attempt} ({world.spec.workers.nodes} pod(s)) with "
+        f"relaunched attempt {plan.next_attempt} ({nodes} pod(s)) with "
         f"directives generation {plan.directives_generation}"
     )
+    if plan.in_place:
+        message += (
+            f": {len(kept)} restarted in place"
+            f"{' (' + ', '.join(p.name for p in kept[:16]) + ')' if kept else ''}, "
+            f"{len(replaced)} replaced"
+        )
+    elif world.spec.recovery.restart is RestartMode.IN_PLACE and not supervised(world.spec):
+        message += ": every pod replaced (the training container has no command to wrap)"
     relaunched = clear_ready(relaunched, world, reason=Reason.CREATED, message=message)
     preferred, avoid, required = _preferred_nodes(status, world)
     if avoid:
@@ -948,7 +1126,14 @@ def _relaunching(status: StableTrainingJobStatus, world: World) -> Transition:
     return Transition(
         relaunched,
         world.ledger,
-        launch=Launch(directives, preferred, spill, avoid, required),
+        launch=Launch(
+            directives,
+            preferred,
+            spill,
+            avoid,
+            required,
+            in_place=tuple((p.rank, p.name) for p in kept),
+        ),
         events=(Event("Normal", "Relaunched", message),),
         recovered_after=world.now - plan.started_at,
     )

@@ -13,6 +13,13 @@ from stabletrain_operator.api.constants import GROUP
 JOB_LABEL = f"{GROUP}/job"
 ATTEMPT_LABEL = f"{GROUP}/attempt"
 RANK_LABEL = f"{GROUP}/rank"
+RESTART_LABEL = f"{GROUP}/restart"
+"""On pods whose training command runs under the supervisor (value IN_PLACE): recoveries
+restart their processes instead of replacing them."""
+IN_PLACE = "InPlace"
+POD_SHAPE_ANNOTATION = f"{GROUP}/pod-shape"
+"""A digest of the spec fields a pod is built from: a pod whose shape differs from the
+current spec's is replaced, not restarted in place."""
 DIRECTIVES_GENERATION_ANNOTATION = f"{GROUP}/directives-generation"
 AGENT_PORT_NAME = "st-agent"
 """Name of the agent's container port on every worker pod (and of the Service's port)."""
@@ -45,9 +52,11 @@ def token_secret(job: str) -> str:
     return f"{job}-token"
 
 
-def pod_dns_name(job: str, attempt: int, rank: int, namespace: str) -> str:
-    """The per-pod name the headless Service publishes (hostname.subdomain.namespace.svc)."""
-    return f"{pod_name(job, attempt, rank)}.{service_name(job)}.{namespace}.svc"
+def pod_dns_name(job: str, pod: str, namespace: str) -> str:
+    """The per-pod name the headless Service publishes (hostname.subdomain.namespace.svc):
+    the pod's name is its hostname. An attempt restarted in place runs in pods named after
+    the attempt that created them, so the name is passed, not derived."""
+    return f"{pod}.{service_name(job)}.{namespace}.svc"
 
 
 def job_selector(job: str) -> str:

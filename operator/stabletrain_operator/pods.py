@@ -12,6 +12,7 @@ so torchrun advertises an address other pods can reach rather than a hostname gu
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -20,10 +21,11 @@ from typing import Any
 
 from stabletrain_agent.contract import env
 from stabletrain_agent.contract.directives import Directives, SkipRange
+from stabletrain_agent.contract.supervisor import READY_HTTP_PATH, StartOrder
 from stabletrain_operator import naming
 from stabletrain_operator.api.constants import API_VERSION, KIND
 from stabletrain_operator.api.quantity import quantity_bytes
-from stabletrain_operator.api.spec import StableTrainingJobSpec
+from stabletrain_operator.api.spec import RestartMode, StableTrainingJobSpec
 
 Json = dict[str, Any]
 
@@ -47,6 +49,11 @@ SUSPECT_NODE_WEIGHT = 100
 server refuses weights outside 1-100: 101 made every relaunch away from a lost node fail
 with 422)."""
 DEFAULT_GRACE_SECONDS = 30
+SUPERVISOR_COMMAND = "stabletrain-supervisor"
+"""The agent's console script that runs the training command in a pod restarted in place."""
+READINESS_PERIOD_SECONDS = 1
+"""The supervisor's readiness turns false the moment an attempt ends on its own: the
+kubelet's status update is what wakes the operator, so it is probed every second."""
 LOST_NODE_TOLERATION_SECONDS = {
     "node.kubernetes.io/not-ready": 15,
     "node.kubernetes.io/unreachable": 0,
@@ -133,11 +140,25 @@ def _value(name: str, value: object) -> Json:
     return {"name": name, "value": str(value)}
 
 
-def torchrun_env(spec: StableTrainingJobSpec, job: JobRef, attempt: int, rank: int) -> list[Json]:
+def master_address(job: JobRef, attempt: int, master_pod: str | None) -> str:
+    """DNS name of node rank 0's pod: the attempt's own, or the pod kept from an earlier
+    attempt that runs rank 0 in place."""
+    return naming.pod_dns_name(
+        job.name, master_pod or naming.pod_name(job.name, attempt, 0), job.namespace
+    )
+
+
+def torchrun_env(
+    spec: StableTrainingJobSpec,
+    job: JobRef,
+    attempt: int,
+    rank: int,
+    master_pod: str | None = None,
+) -> list[Json]:
     """torchrun's settings as PET_* variables: nodes, ranks, the attempt's rendezvous."""
     workers = spec.workers
     rendezvous = workers.rendezvous
-    master = naming.pod_dns_name(job.name, attempt, 0, job.namespace)
+    master = master_address(job, attempt, master_pod)
     conf = f"join_timeout={rendezvous.timeout_seconds}"
     if rendezvous.backend == "c10d":
         # Rank 0 hosts the TCPStore: said outright instead of torchrun's hostname heuristic.
@@ -240,6 +261,68 @@ def _replace_by_name(existing: Sequence[Json], ours: Sequence[Json]) -> list[Jso
     return [entry for entry in existing if entry.get("name") not in taken] + list(ours)
 
 
+def supervised(spec: StableTrainingJobSpec) -> bool:
+    """Whether the job's pods run under the supervisor (restart InPlace): only a container
+    with its own `command` can be wrapped (an image's entrypoint is not known here)."""
+    if spec.recovery.restart is not RestartMode.IN_PLACE:
+        return False
+    try:
+        container = _training_container(
+            copy.deepcopy(spec.workers.template["spec"]), spec.workers.container_name
+        )
+    except (KeyError, ValueError):
+        return False
+    command = container.get("command")
+    return isinstance(command, list) and bool(command)
+
+
+def pod_shape(spec: StableTrainingJobSpec) -> str:
+    """Digest of what a pod is built from (workers, checkpoints, the agent port): a pod of
+    another shape runs an outdated template or tiers and is replaced, not restarted."""
+    shaping = {
+        "workers": spec.workers.model_dump(mode="json", by_alias=True),
+        "checkpoints": spec.checkpoints.model_dump(mode="json", by_alias=True),
+        "agentPort": agent_port(),
+    }
+    encoded = json.dumps(shaping, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(encoded).hexdigest()[:16]
+
+
+def _supervise(container: Json, spec: StableTrainingJobSpec) -> None:
+    """The container's command under the supervisor, which owns the agent port (the
+    training agent moves behind it to 127.0.0.1) and answers the readiness probe."""
+    container["command"] = [SUPERVISOR_COMMAND, "--", *container["command"]]
+    container["env"] = _replace_by_name(
+        container["env"],
+        [
+            _value(env.AGENT_LOCAL_PORT, agent_port() + 1),
+            _value(env.GRACE_SECONDS, grace_seconds(spec)),
+        ],
+    )
+    container["readinessProbe"] = {
+        "httpGet": {"path": READY_HTTP_PATH, "port": AGENT_PORT_NAME},
+        "periodSeconds": READINESS_PERIOD_SECONDS,
+        "timeoutSeconds": 1,
+        "successThreshold": 1,
+        "failureThreshold": 1,
+    }
+
+
+def start_order(
+    spec: StableTrainingJobSpec, job: JobRef, directives: Directives, master_pod: str
+) -> StartOrder:
+    """What a pod kept from an earlier attempt is told to run: the attempt's directives and
+    rendezvous, as a new pod of the attempt would have them in its env."""
+    master = master_address(job, directives.attempt, master_pod)
+    return StartOrder(
+        directives=directives,
+        rendezvous_endpoint=f"{master}:{spec.workers.rendezvous.port}",
+        rendezvous_id=naming.rendezvous_id(job.name, directives.attempt),
+        master_addr=master,
+        grace_seconds=grace_seconds(spec),
+    )
+
+
 def _training_container(pod_spec: Json, container_name: str | None) -> Json:
     containers: list[Json] = pod_spec["containers"]
     if container_name is None:
@@ -296,8 +379,13 @@ def build_pod(
     *,
     avoid_nodes: Sequence[str] = (),
     avoid_required: bool = False,
+    master_pod: str | None = None,
+    under_supervisor: bool = True,
 ) -> Json:
-    """Pod `rank` of `attempt`: the user's template plus torchrun, agent, tiers, directives."""
+    """Pod `rank` of `attempt`: the user's template plus torchrun, agent, tiers, directives;
+    under the supervisor when the job restarts in place (and `under_supervisor`: a pod that
+    runs once, like the preflight's, never is). `master_pod` names node rank 0's pod when it
+    is kept from an earlier attempt."""
     template = copy.deepcopy(spec.workers.template)
     template_meta: Json = template.get("metadata") or {}
     pod_spec: Json = template["spec"]
@@ -307,15 +395,25 @@ def build_pod(
         **naming.attempt_labels(job.name, attempt),
         naming.RANK_LABEL: str(rank),
     }
+    in_place = under_supervisor and supervised(spec)
+    if in_place:
+        labels[naming.RESTART_LABEL] = naming.IN_PLACE
     metadata = job.metadata(name, labels)
-    if template_meta.get("annotations"):
-        metadata["annotations"] = dict(template_meta["annotations"])
+    metadata["annotations"] = {
+        **(template_meta.get("annotations") or {}),
+        naming.POD_SHAPE_ANNOTATION: pod_shape(spec),
+    }
 
     container = _training_container(pod_spec, spec.workers.container_name)
     container["env"] = _replace_by_name(
         container.get("env") or [],
-        [*torchrun_env(spec, job, attempt, rank), *agent_env(spec, job, attempt, rank)],
+        [
+            *torchrun_env(spec, job, attempt, rank, master_pod),
+            *agent_env(spec, job, attempt, rank),
+        ],
     )
+    if in_place:
+        _supervise(container, spec)
     container["volumeMounts"] = _replace_by_name(container.get("volumeMounts") or [], _mounts(spec))
     port = {"name": AGENT_PORT_NAME, "containerPort": agent_port(), "protocol": "TCP"}
     container["ports"] = _replace_by_name(container.get("ports") or [], [port])

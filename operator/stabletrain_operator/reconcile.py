@@ -25,6 +25,7 @@ from stabletrain_agent.contract.base import ContractError
 from stabletrain_agent.contract.channel import new_token
 from stabletrain_agent.contract.directives import Directives, SkipRange, parse_directives
 from stabletrain_agent.contract.env import DIRECTIVES_FILE_KEY, TOKEN_SECRET_KEY
+from stabletrain_agent.contract.supervisor import StopOrder, SupervisorReport
 from stabletrain_operator import metrics, naming, pods
 from stabletrain_operator.api.constants import Phase
 from stabletrain_operator.api.spec import StableTrainingJobSpec
@@ -38,18 +39,22 @@ from stabletrain_operator.observe.pacing import FAST_INTERVAL_SECONDS, ScrapePac
 from stabletrain_operator.observe.pods import PodFacts, PodState
 from stabletrain_operator.observe.scrape import Scraper, ScrapeResult, ScrapeTarget, scrape_all
 from stabletrain_operator.observe.stall import RankProgress
+from stabletrain_operator.observe.supervised import attempt_ended, with_reports
 from stabletrain_operator.plan.merged_inventory import copies_in_flight
 from stabletrain_operator.policy import PolicyLedger
 from stabletrain_operator.policy.action_kind import StatusCounter
 from stabletrain_operator.policy.action_registry import kind_of
 from stabletrain_operator.preflight.pod import ensure_preflight_pod, needs_preflight_pod
 from stabletrain_operator.remediation import NodeAction, NodeRemediation, due, node_patch
+from stabletrain_operator.supervisor_orders import Order, send_orders
 
 _log = logging.getLogger(__name__)
 
 SCRAPE_TIMEOUT_SECONDS = 2.0
 PUT_TIMEOUT_SECONDS = 2.0
 SCRAPED_PHASES = frozenset({Phase.RUNNING, Phase.CONFIRMING})
+"""Phases whose pods are scraped; also Stopping while its processes stop in place (their
+supervisors report when they ended, with the checkpoints on their tiers)."""
 SETTLE_SECONDS = 10.0
 """How long a stop keeps scraping the pods still running while one lists a copy on its way
 to the PFS. A rank killed outright breaks the others' collective: under gloo they end at
@@ -86,6 +91,8 @@ class JobMemory:
     progress_written_at: float = 0.0
     skip_ranges: tuple[str, tuple[SkipRange, ...]] | None = None
     """The spilled skip list as last read from (or written to) its ConfigMap."""
+    supervisors: dict[str, SupervisorReport] = field(default_factory=dict)
+    """Newest report of each supervised pod's supervisor (scrapes and order answers)."""
 
 
 @dataclass(frozen=True)
@@ -138,7 +145,7 @@ async def _scrape(
     final: bool = False,
 ) -> tuple[ScrapeResult, ...]:
     """This tick's scrapes, at most one round per interval; `final` ignores the interval."""
-    if status.phase not in SCRAPED_PHASES:
+    if not _scraped(status):
         if pacer is not None:
             pacer.forget((key.namespace, key.name))
         return ()
@@ -158,6 +165,8 @@ async def _scrape(
     for result in results:
         if result.error is not None:
             metrics.SCRAPE_ERRORS.labels(result.error.value).inc()
+        if result.supervisor is not None:
+            memory.supervisors[result.pod] = result.supervisor
     failing = any(p.attempt == status.attempt and p.state is PodState.FAILED for p in facts)
     memory.close_eye = (
         status.phase is Phase.CONFIRMING
@@ -167,6 +176,29 @@ async def _scrape(
     if pacer is not None:
         pacer.enrol((key.namespace, key.name), len(targets))
     return tuple(results)
+
+
+def _scraped(status: StableTrainingJobStatus) -> bool:
+    if status.phase is Phase.STOPPING:
+        return status.plan is not None and status.plan.in_place
+    return status.phase in SCRAPED_PHASES
+
+
+def _report_due(
+    facts: Iterable[PodFacts], status: StableTrainingJobStatus, memory: JobMemory
+) -> bool:
+    """A round is due now, whatever the interval: a supervised pod of the attempt turned not
+    ready (its attempt ended on its own) and no report says so yet, or the pods are being
+    stopped in place (each tick reads whether they stopped)."""
+    if status.phase is Phase.STOPPING:
+        return _scraped(status)
+    return any(
+        p.supervised
+        and p.attempt == status.attempt
+        and p.ready is False
+        and not attempt_ended(memory.supervisors.get(p.name), p.attempt)
+        for p in facts
+    )
 
 
 def _round_interval(memory: JobMemory, pacer: ScrapePacer | None) -> float:
@@ -300,28 +332,74 @@ def _avoid_required(kube: Kube, spec: StableTrainingJobSpec, plan: Launch) -> bo
 
 
 def launch(kube: Kube, job: pods.JobRef, spec: StableTrainingJobSpec, plan: Launch) -> None:
-    """Directives first (the pods mount them), then every pod of the attempt."""
+    """Directives first (the pods mount them), then the attempt's pods: those kept from the
+    stopped attempt relabelled with the new one (their start orders follow, `start_kept`),
+    a new pod for every other rank."""
     if plan.spill_skip_ranges is not None:
         kube.replace_config_map(pods.build_skip_ranges_config_map(job, plan.spill_skip_ranges))
     kube.create(pods.build_directives_config_map(job, plan.directives))
+    attempt = plan.directives.attempt
+    kept = dict(plan.in_place)
+    label = {naming.ATTEMPT_LABEL: str(attempt)}
+    each(lambda name: kube.label_pod(job.namespace, name, label), list(kept.values()))
     required = _avoid_required(kube, spec, plan)
     if plan.avoid_nodes:
         _log.info("job %s: attempt %d avoids suspect node(s) %s (%s)", job.name,
-                  plan.directives.attempt, ", ".join(plan.avoid_nodes),
+                  attempt, ", ".join(plan.avoid_nodes),
                   "required" if required else "preferred")  # fmt: skip
     attempt_pods = [
         pods.build_pod(
             spec,
             job,
-            plan.directives.attempt,
+            attempt,
             rank,
             plan.preferred_nodes[rank] if rank < len(plan.preferred_nodes) else None,
             avoid_nodes=plan.avoid_nodes,
             avoid_required=required,
+            master_pod=kept.get(0),
         )
         for rank in range(spec.workers.nodes)
+        if rank not in kept
     ]
     each(kube.create, attempt_pods)
+
+
+def master_pod(facts: Iterable[PodFacts], attempt: int) -> str | None:
+    """The pod that runs node rank 0 of `attempt` (None: none exists yet)."""
+    return next((p.name for p in facts if p.attempt == attempt and p.rank == 0), None)
+
+
+async def _order(
+    scraper: Scraper | None,
+    memory: JobMemory,
+    facts: Iterable[PodFacts],
+    orders: Mapping[str, Order],
+) -> None:
+    """Send each pod its order; the answers' reports are kept like scraped ones."""
+    if not orders or not memory.token:
+        return
+    by_name = {p.name: p for p in facts}
+    targets = [
+        (name, pods.agent_url(by_name[name].ip or "", by_name[name].agent_port), order)
+        for name, order in orders.items()
+        if name in by_name and by_name[name].ip
+    ]
+    session = None if scraper is None else scraper.session
+    reports = await send_orders(session, targets, memory.token, PUT_TIMEOUT_SECONDS)
+    memory.supervisors.update(reports)
+
+
+def _start_orders(
+    spec: StableTrainingJobSpec,
+    job: pods.JobRef,
+    directives: Directives | None,
+    names: Iterable[str],
+    master: str | None,
+) -> dict[str, Order]:
+    if directives is None or master is None:
+        return {}
+    order: Order = pods.start_order(spec, job, directives, master)
+    return dict.fromkeys(names, order)
 
 
 async def _put_live(
@@ -516,7 +594,10 @@ async def tick(
         await asyncio.to_thread(ensure_base, kube, ref, memory)
     facts = _with_vanished(list(indexed), memory, status)
     _remember_nodes(memory, facts, status.attempt)
-    scrapes = await _scrape(key, facts, status, memory, scraper=scraper, pacer=pacer)
+    present = {p.name for p in facts}
+    memory.supervisors = {n: r for n, r in memory.supervisors.items() if n in present}
+    due_now = _report_due(facts, status, memory)
+    scrapes = await _scrape(key, facts, status, memory, scraper=scraper, pacer=pacer, final=due_now)
     progress = _progress(memory, facts, scrapes, status.attempt)
     skip = _known_skip_ranges(status, memory)
     if skip is None:
@@ -534,7 +615,11 @@ async def tick(
         job=key.name,
         spec=spec,
         generation=generation,
-        pods=tuple(facts),
+        pods=tuple(with_reports(facts, memory.supervisors)),
+        supervisors=dict(memory.supervisors),
+        handed_over=tuple(
+            r.own for r in scrapes if r.own is not None and r.own.attempt == status.attempt
+        ),
         scrapes=scrapes,
         skip_ranges=skip,
         ledger=ledger,
@@ -562,6 +647,13 @@ async def tick(
         await asyncio.to_thread(launch, kube, ref, spec, transition.launch)
         if transition.launch.spill_skip_ranges is not None:
             memory.skip_ranges = None
+        started = transition.launch.directives
+        memory.directives[started.attempt] = started
+        kept = dict(transition.launch.in_place)
+        master = kept.get(0) or naming.pod_name(key.name, started.attempt, 0)
+        await _order(
+            scraper, memory, facts, _start_orders(spec, ref, started, kept.values(), master)
+        )
     written = await _record(
         kube, key, view, transition.status, memory, progress_seconds=progress_seconds
     )
@@ -577,6 +669,25 @@ async def tick(
         )
     if transition.live is not None:
         await _put_live(scraper, memory.token, transition, facts)
+    if transition.stop_pods:
+        stop: Order = StopOrder(
+            attempt=transition.stop_attempt, grace_seconds=pods.grace_seconds(spec)
+        )
+        await _order(scraper, memory, facts, dict.fromkeys(transition.stop_pods, stop))
+    if transition.start_pods:
+        current = transition.status.attempt
+        await _order(
+            scraper,
+            memory,
+            facts,
+            _start_orders(
+                spec,
+                ref,
+                memory.directives.get(current) or directives,
+                transition.start_pods,
+                master_pod(facts, current),
+            ),
+        )
     for event in transition.events:
         await asyncio.to_thread(kube.event, job, event.type, event.reason, event.message)
     if remediation is not None and transition.status.suspect_nodes != status.suspect_nodes:

@@ -88,7 +88,7 @@ def test_one_nan_step_is_skipped_without_a_rollback_and_the_weights_stay_finite(
     print(f"\nNaN at step 60 skipped; loss 59: {losses[59]:.3f}, 61: {losses[61]:.3f}")
 
 
-def test_killed_rank_restarts_from_the_latest_checkpoint_with_the_lr_unchanged(
+def test_a_killed_rank_restarts_in_place_from_the_latest_checkpoint(
     operator: OperatorProcess, jobs: Jobs, job_namespace: str, local_cluster: LocalCluster
 ) -> None:
     env = {**HEALTHY, "TINYGPT_STEPS": "120", "TINYGPT_KILL_AT": "70", "TINYGPT_KILL_RANK": "1"}

@@ -24,7 +24,7 @@ NAMESPACE_RULES = [
     {"apiGroups": ["stabletrain.dev"], "resources": ["stabletrainingjobs/status"],
      "verbs": ["get", "patch"]},
     {"apiGroups": [""], "resources": ["pods"],
-     "verbs": ["get", "list", "watch", "create", "delete"]},
+     "verbs": ["get", "list", "watch", "create", "patch", "delete"]},
     {"apiGroups": [""], "resources": ["services"], "verbs": ["create"]},
     {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create", "update"]},
     {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "create"]},

@@ -118,6 +118,9 @@ class Reason(StrEnum):
     """Every rank failed before its first step, or the same error ended two attempts."""
     SUSPECT_NODE = "SuspectNode"
     """A node joined (or stayed on) the job's suspect list."""
+    POD_REPLACED = "PodReplaced"
+    """A pod kept for a restart in place is replaced after all: its processes did not stop
+    in time or survived KILL, or its container ended during the stop."""
     INVALID_TRIP_REPORT = "InvalidTripReport"
     NO_MATCHING_RULE = "NoMatchingRule"
     PREFLIGHT_PASSED = "PreflightPassed"

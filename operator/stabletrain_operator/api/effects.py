@@ -24,6 +24,7 @@ def _e(where: str, *tests: str) -> Effect:
 UNIT, INTEG, E2E, TORCH = "tests/unit/", "tests/integration/", "tests/e2e/", "tests/torch/"
 PODS = UNIT + "operator/test_pods.py::"
 MACHINE = UNIT + "operator/test_machine.py::"
+IN_PLACE = UNIT + "operator/test_machine_in_place.py::"
 INCIDENTS = UNIT + "operator/test_machine_incidents.py::"
 TRUTH = UNIT + "operator/test_rollback_truth.py::"
 ENGINE = UNIT + "policy/test_policy_engine.py::"
@@ -404,6 +405,13 @@ FIELD_EFFECTS: dict[str, Effect] = {
     "spec.recovery.escalation.finalAction": _e(
         "policy.actions",
         ENGINE + "test_final_action_alert_restarts_a_tripped_run_and_alerts_a_scraped_one",
+    ),
+    "spec.recovery.restart": _e(
+        "pods (the command under the supervisor), machine (Stopping/Relaunching in place)",
+        PODS + "test_in_place_runs_the_command_under_the_supervisor_behind_the_agent_port",
+        IN_PLACE + "test_a_restart_keeps_the_supervised_pods_and_starts_the_next_attempt_in_them",
+        IN_PLACE + "test_recreate_pods_deletes_every_pod_as_before",
+        E2E_NAN_AND_KILLED_RANK + "test_a_killed_rank_restarts_in_place_from_the_latest_checkpoint",
     ),
     "spec.recovery.confirmTimeoutSeconds": _e(
         "plan.confirm: Confirming ends unconfirmed (ConfirmationTimedOut) once it runs out",

@@ -404,6 +404,14 @@ class CrashLoopSpec(ApiModel):
     """Wait before each relaunch with action Backoff."""
 
 
+class RestartMode(StrEnum):
+    IN_PLACE = "InPlace"
+    """Keep the pods: the training processes stop and the next attempt starts in the same
+    pods; only a pod that must go is replaced (see `recovery.restart`)."""
+    RECREATE_PODS = "RecreatePods"
+    """Delete every pod of the attempt and create the next attempt's."""
+
+
 class RecoverySpec(ApiModel):
     """The policy: ordered rules, budgets, escalation, placement, crash loops."""
 
@@ -418,6 +426,20 @@ class RecoverySpec(ApiModel):
     escalation: EscalationSpec = Field(default_factory=EscalationSpec)
     placement: PlacementSpec = Field(default_factory=PlacementSpec)
     crash_loop: CrashLoopSpec = Field(default_factory=CrashLoopSpec)
+    restart: RestartMode = RestartMode.IN_PLACE
+    """How a Rollback or RestartFromLatest restarts training. InPlace (default): every worker
+    container runs its command under the agent's supervisor (`stabletrain-supervisor --
+    <command>`: the image must have the agent installed, and the training container must
+    have a `command`); a recovery stops the training processes (TERM, the pod's grace
+    period, KILL) and starts the next attempt in the same pods, with the pods' scheduling,
+    volumes and node-local state kept. A pod is replaced only when it must go: its node is
+    lost, silent or a suspect the relaunch avoids; it was evicted, OOM-killed or its
+    container ended; its processes did not stop within the grace period plus 10 s; or the
+    spec's pod-shaping fields (workers, checkpoints) changed since it was created.
+    RecreatePods deletes every pod and creates the next attempt's, as a restart did before
+    InPlace existed. A template whose training container has no `command` (the image's
+    entrypoint runs) cannot be wrapped and restarts as RecreatePods (the Relaunched Event
+    says so)."""
     confirm_timeout_seconds: int = Field(default=10_800, ge=60, le=7 * 86_400)
     """How long after a rollback's decision the run may take to pass the old onset plus the
     detection window with the signal quiet (phase Confirming). Past it the job goes back to

@@ -46,6 +46,10 @@ CHOICE_MAX = 1024
 EXCLUDED_MAX = 16
 """Re-plans of one action after restore failures; more fails the job (NoUsableCheckpoint)."""
 SUSPECTS_MAX = 8
+REPLACED_LISTED_MAX = 16
+"""Replaced ranks a history entry lists; more are counted in `replacedPods` only."""
+RANKS_MAX = 10_000
+"""workers.nodes' bound: a plan may mark every rank replaced."""
 """Suspects recorded per incident."""
 SUSPECT_NODES_MAX = 16
 """Nodes on the job's suspect list; the oldest incident drops off first."""
@@ -193,6 +197,14 @@ class RollbackRecord(ApiModel):
     Alert, Fail)."""
     suspects: tuple[Suspect, ...] = Field(default=(), max_length=SUSPECTS_MAX)
     """Ranks and nodes the incident was attributed to."""
+    restarted_in_place: int = Field(default=0, ge=0)
+    """Pods of the relaunched attempt that kept running and restarted their training
+    processes in place (recovery.restart InPlace); the others were created anew."""
+    replaced_pods: int = Field(default=0, ge=0)
+    """Pods deleted and created anew for the relaunched attempt."""
+    replaced_ranks: tuple[int, ...] = Field(default=(), max_length=REPLACED_LISTED_MAX)
+    """Ranks whose pods were replaced (the first 16); each pod's reason is in a PodReplaced
+    Event."""
 
     @classmethod
     def from_decision(
@@ -316,6 +328,13 @@ class Plan(ApiModel):
     loss_baseline: float | None = Field(default=None, allow_inf_nan=False)
     """The loss baseline when the action was decided (the pre-spike level): the
     RollbackConfirmed Event states the loss against it."""
+    in_place: bool = False
+    """The relaunch keeps the pods that can run the next attempt (recovery.restart InPlace)
+    and restarts their processes; it was decided with the plan, so an operator restarted
+    in the middle carries it on the same way."""
+    replaced_ranks: tuple[int, ...] = Field(default=(), max_length=RANKS_MAX)
+    """Ranks whose pods an in-place relaunch replaces after all: their pods could not be
+    kept, or did not stop in time."""
 
     @classmethod
     def from_decision(

@@ -67,6 +67,21 @@ class PodFacts:
     `_marked_by_node_controller`). No kubelet will confirm its deletion."""
     completion: Completion | None = None
     """The final step and loss its agent left when training ended without an error."""
+    supervised: bool = False
+    """Its training command runs under the supervisor: a recovery restarts it in place."""
+    ready: bool | None = None
+    """Its Ready condition (None: not reported yet). A supervised pod turns not ready when
+    its attempt ended on its own: the prompt to read the supervisor's report."""
+    shape: str = ""
+    """The pod-shape digest it was built with (naming.POD_SHAPE_ANNOTATION)."""
+    processes_ended: bool = False
+    """Supervised, its container still running, and its supervisor reports that the
+    attempt's processes ended (`state` then says how, as a container's end would)."""
+
+    @property
+    def container_running(self) -> bool:
+        """Its container runs (a supervised pod between attempts included)."""
+        return self.state is PodState.RUNNING or self.processes_ended
 
     @property
     def finished(self) -> bool:
@@ -122,6 +137,13 @@ def _parse_trip(message: str, pod: str) -> tuple[TripReport | None, str]:
         return None, str(error)
 
 
+def _ready(status: Json) -> bool | None:
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "Ready":
+            return bool(condition.get("status") == "True")
+    return None
+
+
 def _time(value: object) -> datetime | None:
     if not isinstance(value, str):
         return None
@@ -157,9 +179,14 @@ def pod_facts(pod: Json) -> PodFacts | None:
         state = PodState.RUNNING
     else:
         state = PodState.PENDING
-    trip, trip_error = _parse_trip(message, metadata.get("name", "?")) if terminated else (None, "")
+    name = str(metadata.get("name", ""))
+    ended = (
+        termination_facts(str(message), name)
+        if terminated
+        else {"message": str(message)[-MESSAGE_MAX:]}
+    )
     return PodFacts(
-        name=str(metadata.get("name", "")),
+        name=name,
         attempt=attempt,
         rank=rank,
         state=state,
@@ -168,15 +195,28 @@ def pod_facts(pod: Json) -> PodFacts | None:
         deleting=deleting,
         exit_code=exit_code if isinstance(exit_code, int) else None,
         reason=str(reason),
-        message=str(message)[-MESSAGE_MAX:],
-        trip=trip,
-        trip_error=trip_error,
         finished_at=_time((terminated or {}).get("finishedAt")),
-        restore_failure=parse_restore_failure(str(message)) if terminated else None,
         agent_port=_declared_agent_port(spec),
         node_silent=_marked_by_node_controller(spec, status),
-        completion=parse_completion(str(message)) if terminated else None,
+        supervised=labels.get(naming.RESTART_LABEL) == naming.IN_PLACE,
+        ready=_ready(status),
+        shape=str((metadata.get("annotations") or {}).get(naming.POD_SHAPE_ANNOTATION, "")),
+        **ended,
     )
+
+
+def termination_facts(message: str, pod: str) -> dict[str, Any]:
+    """What an ended attempt's termination message says (a trip report, a restore failure,
+    a completion, or only words): the same reading for a container's message and for what
+    a supervisor reports of the processes it ran."""
+    trip, trip_error = _parse_trip(message, pod)
+    return {
+        "message": message[-MESSAGE_MAX:],
+        "trip": trip,
+        "trip_error": trip_error,
+        "restore_failure": parse_restore_failure(message),
+        "completion": parse_completion(message),
+    }
 
 
 def failure_evidence(pod: PodFacts) -> str:

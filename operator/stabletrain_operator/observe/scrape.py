@@ -9,6 +9,7 @@ and logged with what was expected) instead of an exception.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ import aiohttp
 
 from stabletrain_agent.contract.base import ContractError
 from stabletrain_agent.contract.channel import STATUS_HTTP_PATH, AgentStatus, parse_agent_status
+from stabletrain_agent.contract.supervisor import SupervisorReport
 
 _log = logging.getLogger(__name__)
 
@@ -38,6 +40,9 @@ class ScrapeError(StrEnum):
     """Not the AgentStatus JSON: wrong types, missing fields, not JSON at all."""
     WRONG_ATTEMPT = "WrongAttempt"
     """An answer from another attempt's agent (an address reused by a new pod)."""
+    NO_AGENT = "NoAgent"
+    """The pod's supervisor answered, but no training agent behind it (between attempts,
+    after a crash, or a hung process)."""
 
 
 @dataclass(frozen=True)
@@ -51,8 +56,13 @@ class ScrapeTarget:
 class ScrapeResult:
     pod: str
     status: AgentStatus | None
+    """The training agent's status; None when none answered (the error says why)."""
     error: ScrapeError | None = None
     detail: str = ""
+    supervisor: SupervisorReport | None = None
+    """The pod's supervisor's report, whether or not a training agent answered."""
+    own: AgentStatus | None = None
+    """The supervisor's own status while no training agent answers (its tier scan)."""
 
 
 async def _read_capped(response: aiohttp.ClientResponse) -> bytes | None:
@@ -85,10 +95,15 @@ async def scrape_one(
         status = parse_agent_status(body)
     except ContractError as error:
         return _failed(target, ScrapeError.MALFORMED, f"expected AgentStatus JSON; {error}")
+    supervisor = status.supervisor
     if status.attempt != target.attempt:
         detail = f"answer is for attempt {status.attempt}, pod runs attempt {target.attempt}"
-        return _failed(target, ScrapeError.WRONG_ATTEMPT, detail)
-    return ScrapeResult(target.pod, status)
+        failed = _failed(target, ScrapeError.WRONG_ATTEMPT, detail)
+        return dataclasses.replace(failed, supervisor=supervisor)
+    if supervisor is not None and not supervisor.agent_answered:
+        silent = ScrapeResult(target.pod, None, ScrapeError.NO_AGENT, supervisor.state.value)
+        return dataclasses.replace(silent, supervisor=supervisor, own=status)
+    return ScrapeResult(target.pod, status, supervisor=supervisor)
 
 
 def _failed(target: ScrapeTarget, error: ScrapeError, detail: str) -> ScrapeResult:

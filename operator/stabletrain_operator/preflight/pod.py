@@ -61,7 +61,7 @@ def build_preflight_pod(
     """The worker pod of rank 0, attempt 0, made into the preflight pod (no directives: the
     script must not resume or skip anything, and it takes no step)."""
     name = preflight_pod_name(job.name, generation)
-    pod = pods.build_pod(spec, job, 0, 0)
+    pod = pods.build_pod(spec, job, 0, 0, under_supervisor=False)
     labels = pod["metadata"]["labels"]
     labels.pop(naming.ATTEMPT_LABEL, None)
     labels.pop(naming.RANK_LABEL, None)

@@ -27,6 +27,7 @@ from support.localnode.container import ContainerRun, Mount, now
 from support.localnode.context import NodeContext
 from support.localnode.env import container_argv, container_env, expand
 from support.localnode.namespaces import MARKER_ENV
+from support.localnode.probes import ReadinessProber, readiness_settings
 from support.localnode.remount import set_read_only
 from support.localnode.sandbox import PodSandbox
 from support.localnode.sources import PodConfigError
@@ -60,6 +61,13 @@ class _Container:
     view: ContainerView
     run: ContainerRun | None = None
     next_start: float = 0.0
+    prober: ReadinessProber | None = None
+
+    def stop_probing(self) -> None:
+        if self.prober is not None:
+            self.prober.stop()
+            self.prober = None
+        self.view.probe_ready = None
 
 
 def _should_restart(policy: str, exit_code: int) -> bool:
@@ -179,6 +187,9 @@ class PodWorker:
             self._last_sync = moment
             self._sync_volumes(pod)
         self._sync_hosts(pod)
+        for container in self._containers:
+            if container.prober is not None:
+                container.view.probe_ready = container.prober.ready
         if all(c.view.finished for c in self._containers):
             self._finished = True
             self._stop_sandbox()
@@ -213,6 +224,7 @@ class PodWorker:
         if exit_ is None:
             return
         container.run = None
+        container.stop_probing()
         view = container.view
         view.running_since = None
         view.exits.append(exit_)
@@ -242,6 +254,7 @@ class PodWorker:
             )
             argv = container_argv(container.spec, env)
             mounts = self._mounts(container.spec, env)
+            probe = readiness_settings(container.spec)
         except PodConfigError as error:
             view.waiting_reason, view.waiting_message = "CreateContainerConfigError", str(error)
             container.next_start = time.monotonic() + CONFIG_RETRY_SECONDS
@@ -258,6 +271,9 @@ class PodWorker:
         view.container_id = f"localnode://{container.run.pid}"
         view.restarts_pending = False
         view.waiting_message = ""
+        if probe is not None:
+            view.probe_ready = False
+            container.prober = ReadinessProber(probe, self._pod_ip, self._wake.set)
 
     def _mounts(self, spec: Json, env: dict[str, str]) -> list[Mount]:
         mounts = []
@@ -400,6 +416,7 @@ class PodWorker:
 
     def _teardown(self) -> None:
         for container in self._containers:
+            container.stop_probing()
             if container.run is not None:
                 container.run.kill()
                 container.run.process.stop(grace=0)

@@ -27,6 +27,13 @@ class ContainerView:
     restarts_pending: bool = False
     waiting_reason: str = "ContainerCreating"
     waiting_message: str = ""
+    probe_ready: bool | None = None
+    """The readiness probe's verdict; None for a container without a readiness probe."""
+
+    @property
+    def ready(self) -> bool:
+        """Running, and its readiness probe (if any) succeeding."""
+        return self.running_since is not None and self.probe_ready is not False
 
     @property
     def finished(self) -> bool:
@@ -64,7 +71,7 @@ def container_status(view: ContainerView) -> Json:
         "image": view.image,
         "imageID": "",
         "containerID": view.container_id,
-        "ready": view.running_since is not None,
+        "ready": view.ready,
         "started": view.running_since is not None,
         "restartCount": max(0, view.runs - 1),
         "state": state,
@@ -105,7 +112,7 @@ def pod_status(
 ) -> Json:
     """The status document; `since` carries each condition's last transition between calls."""
     phase = pod_phase(views)
-    ready = phase == "Running" and all(v.running_since is not None for v in views)
+    ready = phase == "Running" and all(v.ready for v in views)
     not_ready = "" if ready else ("PodCompleted" if phase != "Running" else "ContainersNotReady")
     status: Json = {
         "phase": phase,

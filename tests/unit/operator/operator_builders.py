@@ -43,9 +43,13 @@ def spec(**overrides: Any) -> StableTrainingJobSpec:
                 {"name": "grad", "onSignals": ["GradNormSpike"], "action": "Alert"},
             ],
             "budgets": {"maxRollbacks": 2, "maxRestarts": 2, "cooldownSeconds": 0},
+            # These builders' pods run no supervisor: the tests of recreated pods. Restarts
+            # in place have their own (test_machine_in_place.py).
+            "restart": "RecreatePods",
         },
     }  # fmt: skip
     data.update(overrides)
+    data["recovery"] = {"restart": "RecreatePods", **data["recovery"]}
     return StableTrainingJobSpec.model_validate(data)
 
 

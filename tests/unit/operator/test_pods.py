@@ -232,3 +232,63 @@ def test_non_default_workers_and_rendezvous_settings_reach_torchrun() -> None:
     assert variables["PET_RDZV_ENDPOINT"] == "gpt-a1-0.gpt.team.svc:29555"
     assert variables["PET_MASTER_PORT"] == "29555"
     assert variables["PET_RDZV_CONF"] == "join_timeout=120", "static has no is_host"
+
+
+def _in_place(**template: Any) -> Any:
+    container = {"name": "trainer", "command": ["torchrun", "train.py"], **template}
+    return spec(
+        workers={"nodes": 2, "template": {"spec": {"containers": [container]}}},
+        recovery={"restart": "InPlace"},
+    )
+
+
+def test_in_place_runs_the_command_under_the_supervisor_behind_the_agent_port() -> None:
+    job = _in_place(args=["--steps", "9"])
+    pod = pods.build_pod(job, JOB, attempt=4, rank=1, master_pod="gpt-a0-0")
+    container = pod["spec"]["containers"][0]
+    assert container["command"] == ["stabletrain-supervisor", "--", "torchrun", "train.py"]
+    assert container["args"] == ["--steps", "9"], "args still follow the command"
+    variables = _env(pod)
+    assert variables[env.AGENT_LOCAL_PORT] == "9401"
+    assert variables[env.GRACE_SECONDS] == "30"
+    assert variables["PET_RDZV_ENDPOINT"] == "gpt-a0-0.gpt.team.svc:29400", "rank 0 kept"
+    assert container["readinessProbe"]["httpGet"] == {"path": "/v1/ready", "port": "st-agent"}
+    assert container["readinessProbe"]["periodSeconds"] == 1
+    metadata = pod["metadata"]
+    assert metadata["labels"]["stabletrain.dev/restart"] == "InPlace"
+    assert metadata["annotations"]["stabletrain.dev/pod-shape"] == pods.pod_shape(job)
+    facts = pod_facts({**pod, "status": {"phase": "Running"}})
+    assert facts is not None
+    assert (facts.supervised, facts.shape) == (True, pods.pod_shape(job))
+
+
+def test_a_container_without_a_command_or_recreate_pods_runs_unwrapped() -> None:
+    for job in (
+        spec(workers={"template": {"spec": {"containers": [{"name": "t", "image": "x"}]}}},
+             recovery={"restart": "InPlace"}),
+        spec(recovery={"restart": "RecreatePods"}),
+    ):  # fmt: skip
+        assert not pods.supervised(job)
+        container = pods.build_pod(job, JOB, attempt=0, rank=0)["spec"]["containers"][0]
+        assert "readinessProbe" not in container
+        assert container.get("command", ["x"])[0] != "stabletrain-supervisor"
+
+
+def test_the_pod_shape_follows_the_fields_pods_are_built_from() -> None:
+    base = _in_place()
+    assert pods.pod_shape(base) == pods.pod_shape(_in_place())
+    assert pods.pod_shape(base) != pods.pod_shape(_in_place(env=[{"name": "A", "value": "1"}]))
+    edited = base.model_copy(update={"suspend": True})
+    assert pods.pod_shape(edited) == pods.pod_shape(base), "not a pod-shaping field"
+
+
+def test_a_start_order_carries_the_attempts_rendezvous_through_the_kept_rank_0() -> None:
+    job = _in_place()
+    directives = attempt_directives(
+        job, generation=3, attempt=2, resume_step=50, lr_scale=1.0, rewarmup_steps=0, skip=()
+    )
+    order = pods.start_order(job, JOB, directives, "gpt-a0-0")
+    assert order.rendezvous_endpoint == "gpt-a0-0.gpt.team.svc:29400"
+    assert (order.rendezvous_id, order.master_addr) == ("gpt-2", "gpt-a0-0.gpt.team.svc")
+    assert order.directives == directives
+    assert order.grace_seconds == 30

@@ -31,6 +31,7 @@ from stabletrain_agent.contract.checkpoint_inventory import NODE_NAME_MAX, Check
 from stabletrain_agent.contract.directives import Directives
 from stabletrain_agent.contract.names import AnomalyClass
 from stabletrain_agent.contract.preflight import PreflightFacts
+from stabletrain_agent.contract.supervisor import SupervisorReport
 from stabletrain_agent.contract.trip_report import EVIDENCE_MAX, TripReport
 
 DIRECTIVES_HTTP_PATH = "/v1/directives"
@@ -218,6 +219,10 @@ class AgentStatus(ContractModel):
     saved_step: int | None = Field(default=None, ge=0)
     """Step of the checkpoint saved for savedRequest; null when none could be saved (no
     checkpoint manager attached to the guard, or the save failed)."""
+    supervisor: SupervisorReport | None = None
+    """Added by the pod's supervisor (recovery.restart InPlace): the training processes it
+    runs. When its `agentAnswered` is false no training agent answered, and the rest of this
+    status is the supervisor's own (attempt, node, the checkpoints it scanned)."""
 
 
 def parse_agent_status(payload: str | bytes) -> AgentStatus:

@@ -56,6 +56,14 @@ AGENT_BIND_ADDRESS = "STABLETRAIN_AGENT_BIND_ADDRESS"
 loopback address in tests; unset means every interface of the pod."""
 TERMINATION_MESSAGE_PATH = "STABLETRAIN_TERMINATION_MESSAGE_PATH"
 """Where the trip report goes; equal to the container's terminationMessagePath."""
+AGENT_LOCAL_PORT = "STABLETRAIN_AGENT_LOCAL_PORT"
+"""With a supervisor in the pod (restart InPlace): the port on 127.0.0.1 the training agent
+serves on behind it; the supervisor owns STABLETRAIN_AGENT_PORT on the pod IP."""
+SUPERVISOR_RUN_DIR = "STABLETRAIN_SUPERVISOR_RUN_DIR"
+"""Where the supervisor writes the directives of the attempts it starts in the pod."""
+GRACE_SECONDS = "STABLETRAIN_GRACE_SECONDS"
+"""The pod's termination grace period: how long the supervisor gives the training processes
+after forwarding the pod's TERM before it KILLs them (just before the kubelet would)."""
 
 PREFLIGHT_ENV = "STABLETRAIN_PREFLIGHT"
 """Set to 1 in the preflight pod: Guard.from_env gathers the facts, leaves them as the
@@ -74,6 +82,7 @@ DEFAULT_RETENTION = 3
 DEFAULT_SPIKE_MARKERS = 2
 """What the agent assumes when a checkpoint variable is unset: the spec's defaults."""
 DEFAULT_AGENT_PORT = 9400
+DEFAULT_SUPERVISOR_RUN_DIR = PurePosixPath("/stabletrain/run")
 DEFAULT_AGENT_BIND_ADDRESS = "0.0.0.0"
 
 TOKEN_SECRET_KEY = "token"
