@@ -79,7 +79,7 @@ def report(
 def world(
     status: StableTrainingJobStatus,
     pods: tuple[PodFacts, ...],
-    reports: Mapping[str, SupervisorReport] = {},  # noqa: B006 - read only
+    reports: Mapping[str, SupervisorReport] = {},
     **changes: object,
 ) -> World:
     base: dict[str, object] = {
