@@ -49,6 +49,9 @@ class Faults:
     """Step at which `stall_rank` stops making progress for `stall_seconds`."""
     stall_rank: int = 1
     stall_seconds: float = 0.0
+    stall_ignores_term: bool = False
+    """The stalled rank ignores SIGTERM, as a process stuck in a driver call can: a stop must
+    KILL it once its grace period is over."""
     slow_rank: int = -1
     """A slow rank: it sleeps `slow_seconds` before every step, in every attempt."""
     slow_seconds: float = 0.0
@@ -74,6 +77,8 @@ class Faults:
             return
         if step == self.stall_at and rank == self.stall_rank:
             print(f"tiny-gpt: rank {rank} stalls {self.stall_seconds} s at step {step}", flush=True)
+            if self.stall_ignores_term:
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)
             time.sleep(self.stall_seconds)
 
     def loss(self, loss: torch.Tensor, step: int, rank: int, attempt: int) -> torch.Tensor:

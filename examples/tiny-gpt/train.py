@@ -98,6 +98,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         ("stall-at", int, -1, "step at which a rank stalls"),
         ("stall-rank", int, 1, "the rank that stalls"),
         ("stall-seconds", float, 0.0, "how long it stalls"),
+        ("stall-ignores-term", int, 0, "1: the stalled rank ignores SIGTERM (only KILL ends it)"),
         ("slow-rank", int, -1, "a slow rank: it sleeps --slow-seconds before every step"),
         ("slow-seconds", float, 0.0, "how long the slow rank sleeps per step"),
     ):
@@ -144,6 +145,7 @@ def faults_from(args: argparse.Namespace) -> Faults:
         stall_at=args.stall_at,
         stall_rank=args.stall_rank,
         stall_seconds=args.stall_seconds,
+        stall_ignores_term=bool(args.stall_ignores_term),
         slow_rank=args.slow_rank,
         slow_seconds=args.slow_seconds,
     )

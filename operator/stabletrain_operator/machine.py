@@ -80,6 +80,7 @@ from stabletrain_operator.plan.in_place import (
     lagging_starts,
     must_replace,
     nodes_to_leave,
+    repeat_leaves_the_node,
     split,
     stopped,
 )
@@ -405,6 +406,10 @@ def _crash_looped(
         every_rank_failed=incident.every_rank_failed,
     )
     if loop is None:
+        return decision
+    avoid, _ = avoided_nodes(status.suspect_nodes, world.spec.recovery.placement)
+    culprits = {s.node for s in incident.suspects if s.avoid and s.node}
+    if repeat_leaves_the_node(culprits, status.rollback_history, status.suspect_nodes, avoid):
         return decision
     if loop.action is CrashLoopAction.FAIL:
         return dataclasses.replace(

@@ -2,11 +2,14 @@
 
 A hung rank keeps its agent answering (the heartbeat is served off the training thread)
 and says where it is stuck; the operator raises Stalled within stallSeconds of the last
-completed step, pins it on that rank and its node, and relaunches from the latest
-checkpoint onto the third node. A rank that hangs in the first step of a relaunched attempt
-is stalled once the start-up bound (30 s from its restore here) is over, not left to
-torch's process-group timeout. A rank that is only slow is never stalled. A node that kills
-whatever runs on it is put on the job's suspect list, and the relaunch avoids it.
+completed step, pins it on that rank and its node, stops the processes (a rank that
+ignores TERM is KILLed after the grace period) and restarts them in the same pods from the
+latest checkpoint. A process that not even KILL ends gets its pod replaced, on the third
+node. A rank that hangs in the first step of a relaunched attempt is stalled once the
+start-up bound (30 s from its restore here) is over, not left to torch's process-group
+timeout. A rank that is only slow is never stalled. A node that kills whatever runs on it
+is put on the job's suspect list; its pod restarts in place once, and the next relaunch
+leaves the node.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import itertools
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -25,8 +29,10 @@ from kubernetes import client
 from stabletrain_operator.api.spec import default_rules
 from stabletrain_operator.naming import ATTEMPT_LABEL, RANK_LABEL
 from stabletrain_operator.observe.stall import WARMUP_STEPS, startup_bound
+from support import freezer
 from support.chaos.inject import FAULT_SUBDIR, read_marker, write_trigger
 from support.controlplane import ControlPlane
+from support.kept_pods import kubectl_pods, pods_of
 from support.localnode import LocalCluster
 from support.operator import Jobs, OperatorProcess
 from support.timeline import Recorder
@@ -79,23 +85,27 @@ def placed(recorder: Recorder, attempt: int) -> dict[int, str]:
 
 
 @pytest.mark.usefixtures("operator")
-def test_a_hung_rank_is_stalled_pinned_on_its_node_and_relaunched_elsewhere(
+def test_a_hung_rank_is_stalled_pinned_on_its_node_and_restarted_in_place(
     jobs: Jobs,
     job_namespace: str,
     local_cluster: LocalCluster,
-    api_client: client.ApiClient,
+    control_plane: ControlPlane,
     tmp_path: Path,
 ) -> None:
     env = {"TINYGPT_STEPS": "30", "TINYGPT_STALL_AT": "15", "TINYGPT_STALL_RANK": "1",
-           "TINYGPT_STALL_SECONDS": "86400"}  # fmt: skip
-    with Recorder(api_client, job_namespace, "hang") as recorder:
+           "TINYGPT_STALL_SECONDS": "86400", "TINYGPT_STALL_IGNORES_TERM": "1"}  # fmt: skip
+    with Recorder(jobs.api_client, job_namespace, "hang") as recorder:
         jobs.create(_manifest("hang", env))
+        jobs.wait("hang", lambda s: (s.get("step") or 0) >= 5, 240, "attempt 0 to train")
+        before = pods_of(jobs, "hang")
         # The watch, not a status poll: Stopping can last less than the poll's second.
         stopping = recorder.wait_phase(("Stopping",), 240, "the stall to be decided")
-        done = jobs.wait("hang", finished, 300, "the job to relaunch and finish")
+        done = jobs.wait("hang", finished, 300, "the job to restart and finish")
     assert done["phase"] == "Succeeded", done.get("conditions")
     plan = stopping["plan"]
-    assert (plan["signal"], plan["action"]) == ("Stalled", "RestartFromLatest")
+    assert (plan["signal"], plan["action"], plan["inPlace"]) == (
+        "Stalled", "RestartFromLatest", True
+    )  # fmt: skip
     (suspect,) = plan["suspects"]
     logs = StepLogs(local_cluster.shared_dir, job_namespace)
     first, relaunched = placed(recorder, 0), placed(recorder, 1)
@@ -105,29 +115,42 @@ def test_a_hung_rank_is_stalled_pinned_on_its_node_and_relaunched_elsewhere(
 
     last_step_at = max(r["time"] for rank in (0, 1) for r in logs.steps(0, rank))
     assert max(r["step"] for r in logs.steps(0, 1)) == 14, "rank 1 hangs before step 15"
-    stopped_at = next(at for at, phase, _ in recorder.phases() if phase == "Stopping")
+    phases = recorder.phases()
+    stopped_at = next(at for at, phase, _ in phases if phase == "Stopping")
     latency = stopped_at - last_step_at
     print(f"\nhang: last completed step 14 -> Stopping in {latency:.1f} s "
           f"(stallSeconds {STALL_SECONDS}); torch's default process-group timeouts: "
           "NCCL 600 s, gloo 1800 s")  # fmt: skip
     assert latency <= STALL_SECONDS + 5, latency
+    # The hung rank ignores TERM: KILLed once the grace period (5 s) is over, well inside
+    # the bound after which its pod would be replaced (grace + 10 s).
+    planned_at = next(at for at, phase, _ in phases if phase == "Planning")
+    print(f"stop in place: Stopping -> Planning {planned_at - stopped_at:.1f} s")
+    assert planned_at - stopped_at < 5 + 10, phases
+    hung_log = local_cluster.logs(job_namespace, "hang-a0-1")
+    assert "outlived the 5 s grace period: KILL" in hung_log, hung_log[-2000:]
 
     (entry,) = done["rollbackHistory"]
     assert (entry["signal"], entry["action"]) == ("Stalled", "RestartFromLatest")
+    assert (entry["restartedInPlace"], entry["replacedPods"]) == (2, 0)
     # The newest checkpoint the operator knew of: 10 once a scrape listed its PFS copy as
     # complete; 5 when that copy completed after rank 1 hung (the agent exports its
     # inventory at steps, and no step follows).
     assert entry["toStep"] in (5, 10), entry
     assert logs.steps(1)[0]["step"] == entry["toStep"] + 1
     assert [(s["rank"], s["node"]) for s in entry["suspects"]] == [(1, hung_node)]
-    assert hung_node not in relaunched.values(), (first, relaunched)
-    assert len(first) == len(relaunched) == 2
-    print(f"placement: attempt 0 {first}, attempt 1 {relaunched}")
+    assert relaunched == first, "the same pods, on the same nodes, run attempt 1"
+    after = pods_of(jobs, "hang")
+    print(
+        f"placement: attempt 0 {first}, attempt 1 {relaunched}\n"
+        f"{kubectl_pods(control_plane, job_namespace)}"
+    )
+    assert {n: (p.uid, p.restarts, p.attempt) for n, p in after.items()} == {
+        n: (p.uid, 0, 1) for n, p in before.items()
+    }
     assert [(n["node"], n["incidents"]) for n in done["suspectNodes"]] == [(hung_node, 1)]
     reasons = [e["reason"] for e in jobs.events("hang")]
     assert "SuspectNode" in reasons
-    left = [p for p in jobs.pods("hang") if p["metadata"]["labels"].get(ATTEMPT_LABEL) == "0"]
-    assert not left, "a pod of the hung attempt is left"
     assert logs.steps(1)[-1]["step"] == 30
 
     # `stabletrain replay` reaches the same Stalled decision from the recorded step times.
@@ -143,6 +166,62 @@ def test_a_hung_rank_is_stalled_pinned_on_its_node_and_relaunched_elsewhere(
     rules = [r.model_dump(mode="json", by_alias=True) for r in default_rules()]
     (expected,) = expected_decisions(done, rules)
     assert [{key: d[key] for key in expected} for d in decisions] == [expected], decisions
+
+
+@pytest.mark.usefixtures("operator")
+def test_a_rank_that_cannot_be_killed_gets_its_pod_replaced(
+    jobs: Jobs, job_namespace: str, local_cluster: LocalCluster, control_plane: ControlPlane
+) -> None:
+    """A hung rank frozen (cgroup freezer: a KILL stays pending, as in uninterruptible sleep)
+    survives the stop; its pod is replaced, on another node, while its peer restarts in
+    place."""
+    unavailable = freezer.available()
+    if unavailable:
+        pytest.skip(unavailable)
+    env = {"TINYGPT_STEPS": "30", "TINYGPT_STALL_AT": "15", "TINYGPT_STALL_RANK": "1",
+           "TINYGPT_STALL_SECONDS": "86400"}  # fmt: skip
+    jobs.create(_manifest("stuck", env))
+    jobs.wait("stuck", lambda s: (s.get("step") or 0) >= 5, 240, "attempt 0 to train")
+    before = pods_of(jobs, "stuck")
+    deadline = time.monotonic() + 120
+    while "rank 1 stalls" not in local_cluster.logs(job_namespace, "stuck-a0-1"):
+        assert time.monotonic() < deadline, "rank 1 never stalled"
+        time.sleep(0.2)
+    workers = [
+        pid for pid in local_cluster.pod_processes(job_namespace, "stuck-a0-1") if _is_worker(pid)
+    ]
+    assert workers, "rank 1's worker process was not found"
+    with freezer.frozen(workers):
+        done = jobs.wait("stuck", finished, 300, "the job to replace the stuck pod and finish")
+        after = pods_of(jobs, "stuck")
+        table = kubectl_pods(control_plane, job_namespace)
+    assert done["phase"] == "Succeeded", done.get("conditions")
+    print(f"\nstuck rank frozen (pids {workers}):\n{table}")
+    (entry,) = done["rollbackHistory"]
+    assert (entry["signal"], entry["action"]) == ("Stalled", "RestartFromLatest")
+    assert (entry["restartedInPlace"], entry["replacedPods"], entry["replacedRanks"]) == (
+        1, 1, [1]
+    )  # fmt: skip
+    replaced = [e["message"] for e in jobs.events("stuck") if e["reason"] == "PodReplaced"]
+    assert any(
+        "survived KILL" in m or "did not stop within the grace period" in m for m in replaced
+    ), replaced
+    assert "stuck-a0-1" not in after
+    assert (after["stuck-a0-0"].uid, after["stuck-a0-0"].attempt) == (
+        before["stuck-a0-0"].uid, 1
+    )  # fmt: skip
+    assert after["stuck-a1-1"].node not in (before["stuck-a0-1"].node, ""), after
+    supervisor_log = local_cluster.logs(job_namespace, "stuck-a0-1")
+    assert "left processes a KILL did not end" in supervisor_log, supervisor_log[-2000:]
+
+
+def _is_worker(pid: int) -> bool:
+    """torchrun's worker process (`python -u examples/tiny-gpt/train.py ...`)."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return b"-u" in argv and any(arg.endswith(b"train.py") for arg in argv)
 
 
 @pytest.mark.chaos
@@ -210,13 +289,16 @@ def test_a_slow_rank_that_keeps_stepping_is_never_stalled(
     assert min(gaps[3:]) >= 1.4, "every step really waited for the slow rank"
 
 
-def test_a_node_that_kills_its_rank_is_avoided_by_the_relaunch(
+def test_a_node_that_kills_its_rank_twice_is_left_by_the_relaunch(
     operator: OperatorProcess,
     jobs: Jobs,
     job_namespace: str,
     local_cluster: LocalCluster,
     api_client: client.ApiClient,
 ) -> None:
+    """The first kill restarts both pods in place (a process killed on a node that still
+    runs is not yet the node's fault); the same kill there again is the node's second
+    incident, not a crash loop: its pod is replaced, away from the node."""
     # A 0.05 s step floor: idle, the tiny GPT runs 20-35 steps/s, and 2 of 15 local runs
     # (beside unit tests) planned from step 5: the stop came before rank 0 had served a scan
     # listing step 10, saved 0.1 s earlier.
@@ -232,15 +314,20 @@ def test_a_node_that_kills_its_rank_is_avoided_by_the_relaunch(
     assert done["phase"] == "Succeeded", done.get("conditions")
     assert "node-b" in placed(recorder, 0).values(), "the scheduler put a rank on node-b"
     history = done["rollbackHistory"]
-    assert history[0]["signal"] == "WorkerFailure"
-    assert [(s["node"], s["avoid"]) for s in history[0]["suspects"]] == [("node-b", True)]
-    assert "killed by signal 9" in history[0]["suspects"][0]["reason"]
+    assert [h["signal"] for h in history] == ["WorkerFailure", "WorkerFailure"], history
+    for entry in history:
+        assert [(s["node"], s["avoid"]) for s in entry["suspects"]] == [("node-b", True)]
+        assert "killed by signal 9" in entry["suspects"][0]["reason"]
     # The newest checkpoint, on both tiers: rank 1 flushed its copies before it died, rank 0
     # (its collective broken) finished its own and answered until a scrape listed them, and
     # the operator scraped until none was in flight. Planned from the scrape before the kill,
     # this restart once failed with NoUsableCheckpoint (step 5 still in flight, 10 unseen).
     assert history[0]["toStep"] == 10, history[0]
-    for attempt in range(1, done["attempt"] + 1):
+    assert (history[0]["restartedInPlace"], history[0]["replacedPods"]) == (2, 0)
+    bad_rank = next(r for r, node in placed(recorder, 0).items() if node == "node-b")
+    assert placed(recorder, 1) == placed(recorder, 0), "attempt 1 ran in the same pods"
+    assert (history[1]["restartedInPlace"], history[1]["replacedRanks"]) == (1, [bad_rank])
+    for attempt in range(2, done["attempt"] + 1):
         assert "node-b" not in placed(recorder, attempt).values(), attempt
     (bad,) = done["suspectNodes"]
     assert (bad["node"], bad["incidents"]) == ("node-b", len(history))

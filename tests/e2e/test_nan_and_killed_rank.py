@@ -16,6 +16,7 @@ import pytest
 from kubernetes import client
 
 from support.controlplane import ControlPlane
+from support.kept_pods import attempts_started, kubectl_pods, pods_of
 from support.localnode import LocalCluster
 from support.operator import Jobs, OperatorProcess
 from support.tinygpt import StepLogs, job_manifest
@@ -89,10 +90,20 @@ def test_one_nan_step_is_skipped_without_a_rollback_and_the_weights_stay_finite(
 
 
 def test_a_killed_rank_restarts_in_place_from_the_latest_checkpoint(
-    operator: OperatorProcess, jobs: Jobs, job_namespace: str, local_cluster: LocalCluster
+    operator: OperatorProcess,
+    jobs: Jobs,
+    job_namespace: str,
+    local_cluster: LocalCluster,
+    control_plane: ControlPlane,
 ) -> None:
+    """The default restart is in place: the killed rank's pod (its container, run by the
+    supervisor, outlives the worker) and its peer keep running and start the next attempt;
+    the spare node stays unused (one incident does not condemn a node)."""
     env = {**HEALTHY, "TINYGPT_STEPS": "120", "TINYGPT_KILL_AT": "70", "TINYGPT_KILL_RANK": "1"}
     jobs.create(job_manifest("killed", env))
+    jobs.wait("killed", lambda s: (s.get("step") or 0) >= 20, 300, "attempt 0 to train")
+    before = pods_of(jobs, "killed")
+    print(f"\nbefore the kill:\n{kubectl_pods(control_plane, job_namespace)}")
     done = jobs.wait("killed", finished, 420, "the job to restart and finish")
     assert done["phase"] == "Succeeded", done.get("conditions")
     (entry,) = done["rollbackHistory"]
@@ -100,6 +111,14 @@ def test_a_killed_rank_restarts_in_place_from_the_latest_checkpoint(
         "RestartFromLatest", "WorkerFailure", "infrastructure",
     )  # fmt: skip
     print(f"\nrestart: {entry}")
+    print(f"after:\n{kubectl_pods(control_plane, job_namespace)}")
+    after = pods_of(jobs, "killed")
+    assert sorted(after) == sorted(before) == ["killed-a0-0", "killed-a0-1"]
+    for name, pod in after.items():
+        assert (pod.uid, pod.node, pod.restarts) == (before[name].uid, before[name].node, 0)
+        assert pod.attempt == 1
+        assert attempts_started(local_cluster, job_namespace, name) == [0, 1]
+    assert (entry["restartedInPlace"], entry["replacedPods"]) == (2, 0)
     # The newest checkpoint, saved 20 steps before the kill. Rank 1 dies once its copy is on
     # the PFS (it once chose 25: the copy was still in flight); rank 0, its collective broken
     # by the kill, finishes its own copies and answers until a scrape listed them, and the

@@ -1,7 +1,8 @@
 """The install path as a user runs it, on a real kubelet: `helm install` of the chart with the
 operator image built from the repository's Dockerfile, the operator pod Running under the
 chart's restricted securityContext with its probes and metrics answering, then the tiny GPT
-with a poisoned shard in real containers: a loss spike, a rollback, a completed job.
+with a poisoned shard in real containers: a loss spike, a rollback in place (the same pod and
+container, the training processes restarted by the supervisor), a completed job.
 
 The node is real (containerd, runc, CNI bridge, kubelet, kube-proxy, kube-scheduler; see
 tests/support/realnode), so the pods are what a cluster would run: images, the kubelet's env
@@ -196,6 +197,8 @@ def test_chart_and_image_roll_back_a_poisoned_shard_in_real_containers(
     _pfs_claim(core, cluster, job_ns)
     jobs = Jobs(real_api, job_ns)
     jobs.create(_training_job(cluster, "poisoned"))
+    jobs.wait("poisoned", lambda s: (s.get("step") or 0) >= 10, 600, "attempt 0 to train")
+    before = {p["metadata"]["name"]: p["metadata"]["uid"] for p in jobs.pods("poisoned")}
     jobs.wait("poisoned", lambda s: s.get("rollbackHistory"), 600, "the rollback")
     jobs.wait("poisoned", lambda s: s.get("phase") == "Running" or s.get("phase") == "Succeeded",
               120, "the relaunch")  # fmt: skip
@@ -217,7 +220,16 @@ def test_chart_and_image_roll_back_a_poisoned_shard_in_real_containers(
         assert pod["spec"]["containers"][0]["image"] == cluster.images["base"].reference
         (worker_status,) = pod["status"]["containerStatuses"]
         assert worker_status["containerID"].startswith("containerd://")
-    assert "poisoned-a1-0" in pods_during
+    # In place: the same pod and container ran both attempts, the supervisor restarted the
+    # training processes (its own log says so).
+    assert before == {p["metadata"]["name"]: p["metadata"]["uid"] for p in workers}
+    assert list(before) == ["poisoned-a0-0"]
+    assert (entry["restartedInPlace"], entry["replacedPods"]) == (1, 0)
+    for pod in workers:
+        assert pod["status"]["containerStatuses"][0]["restartCount"] == 0
+        assert pod["metadata"]["labels"]["stabletrain.dev/attempt"] == "1"
+    supervisor_log = _kubectl(cluster, "logs", "-n", job_ns, "poisoned-a0-0")
+    assert "supervisor: attempt 1 started" in supervisor_log, supervisor_log[-2000:]
     assert operator_image.reference in pods_during
     logs = StepLogs(Path(cluster.state.workdir) / "pfs", job_ns, claim="")
     assert logs.attempts() == [0, 1]

@@ -15,7 +15,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from stabletrain_agent.contract.supervisor import ENDED_STATES, ProcessState, SupervisorReport
-from stabletrain_operator.api.status import SuspectNode
+from stabletrain_operator.api.status import RollbackRecord, SuspectNode
 from stabletrain_operator.observe.pods import PodFacts
 
 REPEATED_INCIDENTS = 2
@@ -81,6 +81,22 @@ def nodes_to_leave(suspects: Sequence[SuspectNode], avoided: Collection[str]) ->
     """The avoided suspect nodes whose pods an in-place relaunch replaces: those with
     REPEATED_INCIDENTS or more of this job's incidents."""
     return {n.node for n in suspects if n.node in avoided and n.incidents >= REPEATED_INCIDENTS}
+
+
+def repeat_leaves_the_node(
+    culprits: Collection[str],
+    history: Sequence[RollbackRecord],
+    suspects: Sequence[SuspectNode],
+    avoided: Collection[str],
+) -> bool:
+    """A failure that repeats the one before it, right after a relaunch that kept the pods
+    in place, on culprit nodes already suspect: their second incident, after which the
+    relaunch leaves them. Not a crash loop of the job (a relaunch that had left the nodes
+    and met the same error would be one)."""
+    if not culprits or not history or history[-1].restarted_in_place == 0:
+        return False
+    known = {n.node: n.incidents for n in suspects if n.node in avoided}
+    return all(known.get(node, 0) + 1 >= REPEATED_INCIDENTS for node in culprits)
 
 
 def stopped(report: SupervisorReport | None, attempt: int) -> bool:

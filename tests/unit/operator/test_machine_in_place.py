@@ -309,3 +309,29 @@ def test_a_supervised_attempt_that_ended_reads_as_the_container_that_ended() -> 
     assert seen[1].finished_at == T0
     assert seen[1].container_running
     assert seen[2] == pods[2], "a report of another attempt says nothing about this one"
+
+
+def test_the_same_kill_on_the_same_node_after_an_in_place_restart_leaves_the_node() -> None:
+    """Not a crash loop: the relaunch kept the killed rank's pod (the node's first incident);
+    the same kill there again is the node's second, and the next relaunch leaves it."""
+    pods, reports = killed_rank_one()
+    step: Transition = advance(running(), world(running(), pods, reports))
+    while step.status.phase is not Phase.CONFIRMING:
+        step = advance(
+            step.status, world(step.status, pods, reports, now=T0 + timedelta(seconds=30))
+        )
+    again = tuple(dataclasses.replace(p, attempt=1) for p in pods)
+    later = T0 + timedelta(minutes=5)
+    killed_again = {
+        "job-a0-0": report(1, ProcessState.EXITED, message="RuntimeError: gloo connection closed"),
+        "job-a0-1": report(1, ProcessState.EXITED, message=KILLED),
+    }
+    status = step.status.model_copy(update={"phase": Phase.RUNNING, "step": 57})
+    second = advance(status, world(status, again, killed_again, now=later))
+    plan = second.status.plan
+    assert plan is not None
+    assert plan.action is Action.RESTART_FROM_LATEST, second.status.conditions
+    assert [(n.node, n.incidents) for n in second.status.suspect_nodes] == [("node-b", 2)]
+    assert second.delete_pods == ("job-a0-1",)
+    assert second.stop_pods == ("job-a0-0",)
+    assert plan.replaced_ranks == (1,)
