@@ -32,7 +32,7 @@ from stabletrain_operator.observe.stall import WARMUP_STEPS, startup_bound
 from support import freezer
 from support.chaos.inject import FAULT_SUBDIR, read_marker, write_trigger
 from support.controlplane import ControlPlane
-from support.kept_pods import kubectl_pods, pods_of
+from support.kept_pods import attempts_started, kubectl_pods, pods_of
 from support.localnode import LocalCluster
 from support.operator import Jobs, OperatorProcess
 from support.timeline import Recorder
@@ -185,7 +185,10 @@ def test_a_rank_that_cannot_be_killed_gets_its_pod_replaced(
     before = pods_of(jobs, "stuck")
     deadline = time.monotonic() + 120
     while "rank 1 stalls" not in local_cluster.logs(job_namespace, "stuck-a0-1"):
-        assert time.monotonic() < deadline, "rank 1 never stalled"
+        assert time.monotonic() < deadline, (
+            jobs.status("stuck"),
+            local_cluster.logs(job_namespace, "stuck-a0-1")[-3000:],
+        )
         time.sleep(0.2)
     workers = [
         pid for pid in local_cluster.pod_processes(job_namespace, "stuck-a0-1") if _is_worker(pid)
@@ -213,6 +216,43 @@ def test_a_rank_that_cannot_be_killed_gets_its_pod_replaced(
     assert after["stuck-a1-1"].node not in (before["stuck-a0-1"].node, ""), after
     supervisor_log = local_cluster.logs(job_namespace, "stuck-a0-1")
     assert "left processes a KILL did not end" in supervisor_log, supervisor_log[-2000:]
+
+
+@pytest.mark.usefixtures("operator")
+def test_a_lost_node_replaces_only_its_pod(
+    jobs: Jobs, job_namespace: str, local_cluster: LocalCluster, control_plane: ControlPlane
+) -> None:
+    """The node of rank 1 is lost: its pod, whose supervisor never answers the stop, is
+    replaced on another node; rank 0's pod restarts in place with its UID unchanged."""
+    env = {"TINYGPT_STEPS": "40", "TINYGPT_STEP_SECONDS": "0.1"}
+    jobs.create(_manifest("lost", env))
+    jobs.wait("lost", lambda s: (s.get("step") or 0) >= 12, 240, "attempt 0 to train")
+    before = pods_of(jobs, "lost")
+    lost_node = before["lost-a0-1"].node
+    local_cluster.lose_node(lost_node)
+    try:
+        relaunched = jobs.wait(
+            "lost", lambda s: (s.get("attempt") or 0) >= 1, 180, "the relaunch without the node"
+        )
+        done = jobs.wait("lost", finished, 300, "the job to finish")
+        after = pods_of(jobs, "lost")
+        table = kubectl_pods(control_plane, job_namespace)
+    finally:
+        left = local_cluster.restore_node(lost_node)
+    print(f"\nlost {lost_node}:\n{table}")
+    assert left == [], "the operator force-deleted the lost pod when it replaced it"
+    assert done["phase"] == "Succeeded", done.get("conditions")
+    print(json.dumps(done["rollbackHistory"], indent=1))
+    print([(e["reason"], e["message"]) for e in jobs.events("lost")])
+    (entry,) = done["rollbackHistory"]
+    assert entry["action"] == "RestartFromLatest", entry
+    assert (entry["restartedInPlace"], entry["replacedPods"], entry["replacedRanks"]) == (
+        1, 1, [1]
+    ), relaunched.get("rollbackHistory")  # fmt: skip
+    assert (after["lost-a0-0"].uid, after["lost-a0-0"].attempt) == (before["lost-a0-0"].uid, 1)
+    new = after["lost-a1-1"]
+    assert new.node not in ("", lost_node), after
+    assert attempts_started(local_cluster, job_namespace, "lost-a0-0") == [0, 1]
 
 
 def _is_worker(pid: int) -> bool:

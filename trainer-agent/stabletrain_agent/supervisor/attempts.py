@@ -36,8 +36,12 @@ from stabletrain_agent.supervisor.processes import Reaper, end_tree
 
 _log = logging.getLogger(__name__)
 
-KILL_BOUND_SECONDS = 10.0
-"""How long processes may outlive a KILL before the attempt counts as Unkillable."""
+KILL_BOUND_SECONDS = 5.0
+"""How long processes may outlive a KILL before the attempt counts as Unkillable: a KILL
+ends a process at its next return from the kernel, so within milliseconds unless it is in
+uninterruptible sleep. Shorter than the operator's margin after the grace period
+(machine.STOP_FORCE_MARGIN, 10 s), so the report says why before the operator gives up on
+a pod whose supervisor stays silent."""
 ORPHAN_GRACE_SECONDS = 5.0
 """When the launcher ends on its own, what it left running (a worker it could not stop)
 gets this long after TERM before KILL: nothing of an ended attempt may keep writing."""

@@ -25,8 +25,8 @@ from pathlib import Path
 _log = logging.getLogger(__name__)
 
 PR_SET_CHILD_SUBREAPER = 36
-REAP_IDLE_SECONDS = 0.5
-"""How long the reaper waits for a child to exist before it looks again."""
+REAP_POLL_SECONDS = 0.05
+"""How often the reaper collects exited children: an attempt's end is seen this soon."""
 POLL_SECONDS = 0.05
 """How often a stop checks whether the processes are gone."""
 PROC = Path("/proc")
@@ -60,12 +60,19 @@ def exit_code(status: int) -> int:
 
 
 class Reaper:
-    """Reaps every child of this process; remembers the exits of the pids it is asked to."""
+    """Reaps every child of this process; remembers the exits of the pids it is asked to.
 
-    def __init__(self) -> None:
+    It polls (every REAP_POLL_SECONDS) rather than blocking in wait(), so it can be closed.
+    `everything`: reap any child, as the process every orphan of the attempt is re-parented
+    to must (it became the subreaper, or is PID 1); otherwise only the watched pids, so the
+    exits of children that others wait for are left to them.
+    """
+
+    def __init__(self, *, everything: bool) -> None:
+        self._everything = everything
         self._lock = threading.Condition()
         self._watched: dict[int, Exit | None] = {}
-        self._child_started = threading.Event()
+        self._closed = threading.Event()
         self._thread = threading.Thread(target=self._run, name="reaper", daemon=True)
         self._thread.start()
 
@@ -73,11 +80,6 @@ class Reaper:
         """Remember `pid`'s exit (call right after starting it)."""
         with self._lock:
             self._watched.setdefault(pid, None)
-        self._child_started.set()
-
-    def exit_of(self, pid: int) -> Exit | None:
-        with self._lock:
-            return self._watched.get(pid)
 
     def wait(self, pid: int, timeout: float | None) -> Exit | None:
         """`pid`'s exit, waiting at most `timeout` seconds for it."""
@@ -90,20 +92,44 @@ class Reaper:
                 self._lock.wait(left)
             return self._watched[pid]
 
+    def close(self) -> None:
+        self._closed.set()
+        self._thread.join(REAP_POLL_SECONDS * 10)
+
     def _run(self) -> None:
-        while True:
+        while not self._closed.is_set():
+            reaped = self._reap_all() if self._everything else self._reap_watched()
+            if not reaped:
+                self._closed.wait(REAP_POLL_SECONDS)
+
+    def _reap_all(self) -> bool:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return False
+        if pid != 0:
+            self._record(pid, status)
+        return pid != 0
+
+    def _reap_watched(self) -> bool:
+        with self._lock:
+            waiting = [pid for pid, ended in self._watched.items() if ended is None]
+        reaped = False
+        for pid in waiting:
             try:
-                pid, status = os.waitpid(-1, 0)
+                found, status = os.waitpid(pid, os.WNOHANG)
             except ChildProcessError:
-                self._child_started.wait(REAP_IDLE_SECONDS)
-                self._child_started.clear()
                 continue
-            except InterruptedError:
-                continue
-            with self._lock:
-                if pid in self._watched:
-                    self._watched[pid] = Exit(exit_code(status), time.time())
-                    self._lock.notify_all()
+            if found != 0:
+                self._record(found, status)
+                reaped = True
+        return reaped
+
+    def _record(self, pid: int, status: int) -> None:
+        with self._lock:
+            if pid in self._watched:
+                self._watched[pid] = Exit(exit_code(status), time.time())
+                self._lock.notify_all()
 
 
 def _parent_and_state(pid: int) -> tuple[int, str] | None:

@@ -73,7 +73,8 @@ def main(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> int:
     )
     environ = dict(os.environ if environ is None else environ)
     settings = settings_from(argv, environ)
-    if not become_subreaper():
+    adopted = become_subreaper() or os.getpid() == 1
+    if not adopted:
         _log.warning("not a child subreaper: a process orphaned by the launcher may escape a stop")
     terminated = threading.Event()
 
@@ -85,7 +86,7 @@ def main(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_term)
 
     launcher = ColdLauncher()
-    attempts = Attempts(settings, launcher, Reaper())
+    attempts = Attempts(settings, launcher, Reaper(everything=adopted))
     front = Front(
         attempts,
         AgentLink(settings.local_agent_port),
