@@ -34,9 +34,9 @@ def frozen(pids: Iterable[int]) -> Iterator[Path]:
     finally:
         (group / "freezer.state").write_text("THAWED")
         tasks = group / "tasks"
-        for pid in tasks.read_text().split():
+        for task in tasks.read_text().split():
             with contextlib.suppress(OSError):
-                (FREEZER / "tasks").write_text(pid)
+                (FREEZER / "tasks").write_text(task)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             try:
