@@ -277,12 +277,14 @@ def supervised(spec: StableTrainingJobSpec) -> bool:
 
 
 def pod_shape(spec: StableTrainingJobSpec) -> str:
-    """Digest of what a pod is built from (workers, checkpoints, the agent port): a pod of
-    another shape runs an outdated template or tiers and is replaced, not restarted."""
+    """Digest of what a pod is built from (workers, checkpoints, the agent port, the warm
+    start): a pod of another shape runs an outdated template, tiers or supervisor settings
+    and is replaced, not restarted."""
     shaping = {
         "workers": spec.workers.model_dump(mode="json", by_alias=True),
         "checkpoints": spec.checkpoints.model_dump(mode="json", by_alias=True),
         "agentPort": agent_port(),
+        "warmStart": spec.recovery.warm_start,
     }
     encoded = json.dumps(shaping, sort_keys=True, separators=(",", ":")).encode()
     return hashlib.sha256(encoded).hexdigest()[:16]
@@ -297,6 +299,7 @@ def _supervise(container: Json, spec: StableTrainingJobSpec) -> None:
         [
             _value(env.AGENT_LOCAL_PORT, agent_port() + 1),
             _value(env.GRACE_SECONDS, grace_seconds(spec)),
+            _value(env.WARM_START, int(spec.recovery.warm_start)),
         ],
     )
     container["readinessProbe"] = {

@@ -413,6 +413,11 @@ FIELD_EFFECTS: dict[str, Effect] = {
         IN_PLACE + "test_recreate_pods_deletes_every_pod_as_before",
         E2E_NAN_AND_KILLED_RANK + "test_a_killed_rank_restarts_in_place_from_the_latest_checkpoint",
     ),
+    "spec.recovery.warmStart": _e(
+        "pods (STABLETRAIN_WARM_START for the supervisor, the pod shape)",
+        PODS + "test_in_place_runs_the_command_under_the_supervisor_behind_the_agent_port",
+        TORCH + "test_warm_start.py::test_a_torchrun_attempt_is_handed_to_warm_standbys",
+    ),
     "spec.recovery.confirmTimeoutSeconds": _e(
         "plan.confirm: Confirming ends unconfirmed (ConfirmationTimedOut) once it runs out",
         MACHINE + "test_confirming_times_out_into_running_unconfirmed",

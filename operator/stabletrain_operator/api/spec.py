@@ -440,6 +440,14 @@ class RecoverySpec(ApiModel):
     InPlace existed. A template whose training container has no `command` (the image's
     entrypoint runs) cannot be wrapped and restarts as RecreatePods (the Relaunched Event
     says so)."""
+    warm_start: bool = True
+    """With restart InPlace: the supervisor keeps a standby torchrun for the next attempt,
+    with torchrun and one standby worker per process already started and their imports
+    done (torch, the agent), so a restart skips the interpreters' cold start. The standbys
+    idle in the pod's memory (about one interpreter with torch imported per process, plus
+    one for torchrun) and count against its limit; false starts every attempt cold. Takes
+    effect in pods created after the change (a pod-shaping field: the next recovery
+    replaces the pods)."""
     confirm_timeout_seconds: int = Field(default=10_800, ge=60, le=7 * 86_400)
     """How long after a rollback's decision the run may take to pass the old onset plus the
     detection window with the signal quiet (phase Confirming). Past it the job goes back to

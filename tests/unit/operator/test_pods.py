@@ -251,6 +251,7 @@ def test_in_place_runs_the_command_under_the_supervisor_behind_the_agent_port() 
     variables = _env(pod)
     assert variables[env.AGENT_LOCAL_PORT] == "9401"
     assert variables[env.GRACE_SECONDS] == "30"
+    assert variables[env.WARM_START] == "1"
     assert variables["PET_RDZV_ENDPOINT"] == "gpt-a0-0.gpt.team.svc:29400", "rank 0 kept"
     assert container["readinessProbe"]["httpGet"] == {"path": "/v1/ready", "port": "st-agent"}
     assert container["readinessProbe"]["periodSeconds"] == 1
@@ -280,6 +281,10 @@ def test_the_pod_shape_follows_the_fields_pods_are_built_from() -> None:
     assert pods.pod_shape(base) != pods.pod_shape(_in_place(env=[{"name": "A", "value": "1"}]))
     edited = base.model_copy(update={"suspend": True})
     assert pods.pod_shape(edited) == pods.pod_shape(base), "not a pod-shaping field"
+    cold = base.model_copy(
+        update={"recovery": base.recovery.model_copy(update={"warm_start": False})}
+    )
+    assert pods.pod_shape(cold) != pods.pod_shape(base)
 
 
 def test_a_start_order_carries_the_attempts_rendezvous_through_the_kept_rank_0() -> None:

@@ -18,6 +18,7 @@ from stabletrain_agent.contract.directives import Directives
 from stabletrain_agent.contract.supervisor import ProcessState, StartOrder, StopOrder
 from stabletrain_agent.supervisor.attempts import Attempts, AttemptSettings
 from stabletrain_agent.supervisor.launch import ColdLauncher
+from stabletrain_agent.supervisor.output import Tail
 from stabletrain_agent.supervisor.processes import Reaper, descendants
 
 SCRIPT = textwrap.dedent(
@@ -84,7 +85,8 @@ def pod(tmp_path: Path) -> Iterator[tuple[Attempts, Path, dict[str, str]]]:
         default_grace=5.0,
     )
     reaper = Reaper(everything=False)
-    attempts = Attempts(settings, ColdLauncher(), reaper)
+    tail = Tail(4096)
+    attempts = Attempts(settings, ColdLauncher(tail), reaper, tail)
     yield attempts, tmp_path, environment
     attempts.terminate(0.0)
     reaper.close()

@@ -25,6 +25,7 @@ from stabletrain_agent.supervisor.agent_link import AgentLink
 from stabletrain_agent.supervisor.attempts import Attempts, AttemptSettings
 from stabletrain_agent.supervisor.front import Front
 from stabletrain_agent.supervisor.launch import ColdLauncher
+from stabletrain_agent.supervisor.output import Tail
 from stabletrain_agent.supervisor.own_status import TierScan
 from stabletrain_agent.supervisor.processes import Reaper
 
@@ -70,7 +71,8 @@ def served(tmp_path: Path) -> Iterator[tuple[int, ThreadingHTTPServer]]:
         default_grace=5.0,
     )
     reaper = Reaper(everything=False)
-    attempts = Attempts(settings, ColdLauncher(), reaper)
+    tail = Tail(4096)
+    attempts = Attempts(settings, ColdLauncher(tail), reaper, tail)
     attempts.start_first()
     front = Front(attempts, AgentLink(local_port), environment, TOKEN, TierScan(environment))
     server = KeepAliveWSGIServer(("127.0.0.1", 0), front.app())

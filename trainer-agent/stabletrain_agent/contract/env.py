@@ -61,6 +61,9 @@ AGENT_LOCAL_PORT = "STABLETRAIN_AGENT_LOCAL_PORT"
 serves on behind it; the supervisor owns STABLETRAIN_AGENT_PORT on the pod IP."""
 SUPERVISOR_RUN_DIR = "STABLETRAIN_SUPERVISOR_RUN_DIR"
 """Where the supervisor writes the directives of the attempts it starts in the pod."""
+WARM_START = "STABLETRAIN_WARM_START"
+"""spec.recovery.warmStart: 1 (default) keeps a standby torchrun with its workers' imports
+done for the next attempt started in the pod; 0 starts every attempt cold."""
 GRACE_SECONDS = "STABLETRAIN_GRACE_SECONDS"
 """The pod's termination grace period: how long the supervisor gives the training processes
 after forwarding the pod's TERM before it KILLs them (just before the kubelet would)."""

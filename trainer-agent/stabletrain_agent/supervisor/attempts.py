@@ -76,7 +76,6 @@ class AttemptSettings:
     """Where the directives of later attempts are written for their processes to read."""
     termination_path: Path
     default_grace: float
-    tail_bytes: int = MESSAGE_MAX
 
 
 @dataclass
@@ -89,13 +88,16 @@ class _Orders:
 class Attempts:
     """The pod's attempts and the orders that move them."""
 
-    def __init__(self, settings: AttemptSettings, launcher: Launcher, reaper: Reaper) -> None:
+    def __init__(
+        self, settings: AttemptSettings, launcher: Launcher, reaper: Reaper, tail: Tail
+    ) -> None:
         self._settings = settings
         self._launcher = launcher
         self._reaper = reaper
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
-        self._tail = Tail(settings.tail_bytes)
+        self._tail = tail
+        """What the launchers' output pumps keep: the current attempt's output."""
         first = int(settings.base_env.get(env.ATTEMPT, "0") or "0")
         self._current = _Current(first, ProcessState.STOPPED)
         self._started = 0
@@ -186,6 +188,7 @@ class Attempts:
         with self._lock:
             self._orders.newest = 1 << 62
         self._stop(grace, ordered=False)
+        self._launcher.close()
         with self._lock:
             code = self._current.exit_code
         return 143 if code is None else code
@@ -237,7 +240,7 @@ class Attempts:
         self._tail.clear()
         started = datetime.now(UTC)
         try:
-            launched = self._launcher.launch(self._settings.argv, environment, self._tail)
+            launched = self._launcher.launch(self._settings.argv, environment)
         except OSError as error:
             message = f"cannot start {' '.join(self._settings.argv)}: {error}"
             _log.error("supervisor: %s", message)

@@ -45,12 +45,17 @@ class Launcher(Protocol):
     root: int
     """The process whose descendants are the attempt's processes (the supervisor)."""
 
-    def launch(self, argv: Sequence[str], environment: Mapping[str, str], tail: Tail) -> Launched:
-        """Start `argv`; raises OSError when it cannot be started."""
+    def launch(self, argv: Sequence[str], environment: Mapping[str, str]) -> Launched:
+        """Start `argv`, its output passed through the attempts' tail; raises OSError when
+        it cannot be started."""
         ...
 
     def spare_pids(self) -> tuple[int, ...]:
         """Children of the supervisor that belong to no attempt (a standby interpreter)."""
+        ...
+
+    def close(self) -> None:
+        """End what the launcher keeps for later attempts."""
         ...
 
 
@@ -64,22 +69,34 @@ def output_pumps(process: subprocess.Popen[bytes], tail: Tail) -> tuple[threadin
     )
 
 
+def start(
+    argv: Sequence[str], environment: Mapping[str, str], *, stdin: int = subprocess.DEVNULL
+) -> subprocess.Popen[bytes]:
+    """`argv` in a new session (its own process group: a stop can signal the whole of it),
+    its output piped to the supervisor."""
+    return subprocess.Popen(
+        list(argv),
+        env=dict(environment),
+        stdin=stdin,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+
+
 class ColdLauncher:
-    """Starts the command in a new session, like a container runtime starts it."""
+    """Starts the command as it is, like a container runtime starts it."""
 
-    def __init__(self) -> None:
+    def __init__(self, tail: Tail) -> None:
         self.root = os.getpid()
+        self._tail = tail
 
-    def launch(self, argv: Sequence[str], environment: Mapping[str, str], tail: Tail) -> Launched:
-        process = subprocess.Popen(
-            list(argv),
-            env=dict(environment),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
-        return Launched(process.pid, output_pumps(process, tail), process=process)
+    def launch(self, argv: Sequence[str], environment: Mapping[str, str]) -> Launched:
+        process = start(argv, environment)
+        return Launched(process.pid, output_pumps(process, self._tail), process=process)
 
     def spare_pids(self) -> tuple[int, ...]:
         return ()
+
+    def close(self) -> None:
+        """Nothing is kept."""

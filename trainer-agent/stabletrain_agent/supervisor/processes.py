@@ -27,6 +27,8 @@ _log = logging.getLogger(__name__)
 PR_SET_CHILD_SUBREAPER = 36
 REAP_POLL_SECONDS = 0.05
 """How often the reaper collects exited children: an attempt's end is seen this soon."""
+UNCLAIMED_MAX = 64
+"""Exits of children nobody watches (yet) that the reaper keeps."""
 POLL_SECONDS = 0.05
 """How often a stop checks whether the processes are gone."""
 PROC = Path("/proc")
@@ -72,14 +74,17 @@ class Reaper:
         self._everything = everything
         self._lock = threading.Condition()
         self._watched: dict[int, Exit | None] = {}
+        self._unclaimed: dict[int, Exit] = {}
+        """Exits reaped before anyone asked for them (a process that ended before `watch`)."""
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._run, name="reaper", daemon=True)
         self._thread.start()
 
     def watch(self, pid: int) -> None:
-        """Remember `pid`'s exit (call right after starting it)."""
+        """Remember `pid`'s exit (call right after starting it: an exit reaped in between
+        is kept for it)."""
         with self._lock:
-            self._watched.setdefault(pid, None)
+            self._watched.setdefault(pid, self._unclaimed.pop(pid, None))
 
     def wait(self, pid: int, timeout: float | None) -> Exit | None:
         """`pid`'s exit, waiting at most `timeout` seconds for it."""
@@ -126,10 +131,15 @@ class Reaper:
         return reaped
 
     def _record(self, pid: int, status: int) -> None:
+        ended = Exit(exit_code(status), time.time())
         with self._lock:
             if pid in self._watched:
-                self._watched[pid] = Exit(exit_code(status), time.time())
+                self._watched[pid] = ended
                 self._lock.notify_all()
+            else:
+                self._unclaimed[pid] = ended
+                while len(self._unclaimed) > UNCLAIMED_MAX:
+                    del self._unclaimed[next(iter(self._unclaimed))]
 
 
 def _parent_and_state(pid: int) -> tuple[int, str] | None:

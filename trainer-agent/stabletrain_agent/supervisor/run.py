@@ -13,13 +13,16 @@ from pathlib import Path
 from types import FrameType
 
 from stabletrain_agent.contract import env
+from stabletrain_agent.contract.supervisor import MESSAGE_MAX
 from stabletrain_agent.http_server import KeepAliveWSGIServer
 from stabletrain_agent.supervisor.agent_link import AgentLink
 from stabletrain_agent.supervisor.attempts import Attempts, AttemptSettings
 from stabletrain_agent.supervisor.front import Front
-from stabletrain_agent.supervisor.launch import ColdLauncher
+from stabletrain_agent.supervisor.launch import ColdLauncher, Launcher
+from stabletrain_agent.supervisor.output import Tail
 from stabletrain_agent.supervisor.own_status import TierScan
 from stabletrain_agent.supervisor.processes import Reaper, become_subreaper
+from stabletrain_agent.supervisor.standby import StandbyLauncher
 
 _log = logging.getLogger("stabletrain.supervisor")
 
@@ -85,8 +88,11 @@ def main(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
 
-    launcher = ColdLauncher()
-    attempts = Attempts(settings, launcher, Reaper(everything=adopted))
+    tail = Tail(MESSAGE_MAX)
+    launcher: Launcher = ColdLauncher(tail)
+    if environ.get(env.WARM_START, "1") != "0":
+        launcher = StandbyLauncher(tail, {**environ, "PYTHONUNBUFFERED": "1"})
+    attempts = Attempts(settings, launcher, Reaper(everything=adopted), tail)
     front = Front(
         attempts,
         AgentLink(settings.local_agent_port),
