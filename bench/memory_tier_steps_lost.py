@@ -24,8 +24,9 @@ from support.memory_restart import CHECKPOINT_INTERVAL, Resumed, kill_then_resta
 
 
 def tier(resumed: Resumed) -> str:
-    tiers = {source for _, source in resumed.restored}
-    return "/".join(sorted(str(t) for t in tiers))
+    """The tier the pods restored from ("nothing": a start from step 0)."""
+    tiers = {source or "nothing" for _, source in resumed.restored}
+    return "/".join(sorted(tiers))
 
 
 def main() -> None:
