@@ -1,14 +1,19 @@
 """What the guard costs per training step, measured against the bare loop side by side.
 
-Both loops train the same tiny character-level GPT on CPU from the same weights with the
+The loops train the same tiny character-level GPT on CPU from the same weights with the
 same data helper. The bare loop clips, steps the optimizer and the scheduler itself (what
-``guard.step`` replaces); the guarded loop calls ``guard.step``. The two alternate step by
-step in one process (which goes first alternates too), so drift in machine load hits both
-alike. Each step is timed in CPU time of the training thread: on a machine shared with
-other work, wall time mostly measures the neighbours. Each round's ratio is the median
-guarded step over the median bare step; the median ratio over the rounds is reported with
-its spread, never an absolute threshold. Host syncs per step are counted by wrapping
-Tensor's sync points from the outside, not by a counter the guard keeps.
+``guard.step`` replaces); the guarded loop calls ``guard.step``; the third loop is the
+guarded one with a CheckpointManager attached whose memory tier (on /dev/shm where it
+exists) snapshots every ``--memory-interval`` steps, as in a pod with the default
+spec.checkpoints.memory. The loops take turns step by step in one process (which goes
+first rotates too), so drift in machine load hits all alike. Each step is timed in CPU time
+of the training thread: on a machine shared with other work, wall time mostly measures the
+neighbours (the snapshot's write and commit run in their own thread, so what the step pays
+is the staging and the hand-over). Each round's ratio is the median step over the median
+bare step; the median ratio over the rounds is reported with its spread, never an absolute
+threshold. The memory tier's cost is also given as the ratio of mean steps (the snapshot
+steps included) to the guarded loop's. Host syncs per step are counted by wrapping Tensor's
+sync points from the outside, not by a counter the guard keeps.
 
     .venv/bin/python bench/guard_overhead.py [--rounds 20] [--steps 30] [--layers 2] ...
 """
@@ -19,6 +24,7 @@ import argparse
 import importlib.util
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,6 +33,8 @@ from typing import Any
 
 import torch
 
+from stabletrain_agent.checkpoint.manager import CheckpointConfig, CheckpointManager
+from stabletrain_agent.checkpoint.states import ModelOptimizerState
 from stabletrain_agent.contract.directives import Directives
 from stabletrain_agent.data import Shard, ShardedBatches
 from stabletrain_agent.directive_inbox import DirectiveSource
@@ -35,6 +43,9 @@ from stabletrain_agent.guard import Guard, GuardEnv
 MODEL_PATH = Path(__file__).resolve().parents[1] / "examples" / "tiny-gpt" / "model.py"
 SYNC_POINTS = ("item", "__bool__", "__float__", "__int__", "__index__", "tolist", "cpu", "numpy")
 SHARD_SAMPLES = 256
+NEVER_SAVES = 10**9
+"""The memory loop's save interval: it measures the snapshots alone (checkpoint_io.py
+measures the local saves)."""
 
 
 def load_model_module() -> Any:
@@ -56,6 +67,7 @@ class Loop:
     scheduler: torch.optim.lr_scheduler.LRScheduler
     batches: ShardedBatches[torch.Tensor, torch.Tensor]
     guard: Guard | None
+    manager: CheckpointManager | None = None
 
     def step(self) -> float:
         """One training step; its CPU time in seconds (this thread only)."""
@@ -77,7 +89,17 @@ class Loop:
             self.step()
 
 
-def make_loop(module: Any, config: Any, block: int, batch_size: int, guarded: bool) -> Loop:
+def make_loop(
+    module: Any,
+    config: Any,
+    block: int,
+    batch_size: int,
+    guarded: bool,
+    *,
+    memory: tuple[Path, int] | None = None,
+) -> Loop:
+    """One loop; `memory` (a scratch directory and the snapshot interval) attaches a
+    CheckpointManager with the memory tier to the guard."""
     torch.manual_seed(0)
     model = module.TinyGPT(config)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
@@ -107,7 +129,37 @@ def make_loop(module: Any, config: Any, block: int, batch_size: int, guarded: bo
             directives=DirectiveSource(0, Directives(generation=1, attempt=0)),
             guard_env=GuardEnv(),
         )
-    return Loop(model, optimizer, scheduler, batches, guard)
+    manager = None
+    if guard is not None and memory is not None:
+        scratch, interval = memory
+        (scratch / "pfs").mkdir()
+        settings = CheckpointConfig(
+            scratch / "local",
+            scratch / "pfs",
+            0,
+            "bench",
+            interval_steps=NEVER_SAVES,
+            memory_root=scratch / "memory",
+            memory_interval_steps=interval,
+        )
+        manager = CheckpointManager(
+            settings,
+            {"train": ModelOptimizerState(model, optimizer), "guard": guard},
+            {"scheduler": scheduler},
+        )
+        manager.restore()
+        guard.checkpoints = manager
+    return Loop(model, optimizer, scheduler, batches, guard, manager)
+
+
+def snapshot_blocking(loop: Loop) -> list[float]:
+    """How long the snapshot of the step just taken held the training thread (if any)."""
+    manager, guard = loop.manager, loop.guard
+    if manager is None or manager.memory is None or guard is None:
+        return []
+    if not manager.is_snapshot_step(guard.global_step):
+        return []
+    return [manager.memory.last_blocking_s]
 
 
 def count_syncs(loop: Loop, steps: int) -> float:
@@ -143,37 +195,53 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--embd", type=int, default=64, help="embedding width")
     parser.add_argument("--block", type=int, default=64, help="context length in characters")
+    parser.add_argument(
+        "--memory-interval", type=int, default=10, help="snapshot interval of the memory loop"
+    )
     args = parser.parse_args()
-    if args.rounds < 2 or args.steps < 1:
-        raise SystemExit("need --rounds >= 2 and --steps >= 1 to report a spread")
+    if args.rounds < 2 or args.steps < 1 or args.memory_interval < 1:
+        raise SystemExit("need --rounds >= 2, --steps >= 1, --memory-interval >= 1")
     torch.set_num_threads(args.threads)
+    shm = Path("/dev/shm")
+    with tempfile.TemporaryDirectory(dir=shm if shm.is_dir() else None) as scratch:
+        measure(args, Path(scratch))
+
+
+def measure(args: argparse.Namespace, scratch: Path) -> None:
 
     module = load_model_module()
     config = module.GPTConfig(n_layer=args.layers, n_embd=args.embd, block_size=args.block)
-    bare = make_loop(module, config, config.block_size, args.batch_size, guarded=False)
-    guarded = make_loop(module, config, config.block_size, args.batch_size, guarded=True)
-    bare.train(args.steps)
-    guarded.train(args.steps)
+    block, batch = config.block_size, args.batch_size
+    bare = make_loop(module, config, block, batch, guarded=False)
+    guarded = make_loop(module, config, block, batch, guarded=True)
+    memory = make_loop(module, config, block, batch, guarded=True,
+                       memory=(scratch, args.memory_interval))  # fmt: skip
+    loops = (bare, guarded, memory)
+    for loop in loops:
+        loop.train(args.steps)
 
-    bare_times: list[float] = []
-    guarded_times: list[float] = []
-    ratios: list[float] = []
+    medians: list[list[float]] = [[], [], []]
+    ratios: list[list[float]] = [[], []]
+    mean_ratios: list[float] = []
+    blocking: list[float] = []
     for _ in range(args.rounds):
-        bare_round: list[float] = []
-        guarded_round: list[float] = []
+        times: list[list[float]] = [[], [], []]
         for index in range(args.steps):
-            if index % 2 == 0:
-                bare_round.append(bare.step())
-                guarded_round.append(guarded.step())
-            else:
-                guarded_round.append(guarded.step())
-                bare_round.append(bare.step())
-        bare_times.append(statistics.median(bare_round))
-        guarded_times.append(statistics.median(guarded_round))
-        ratios.append(guarded_times[-1] / bare_times[-1])
+            for turn in range(3):
+                which = (index + turn) % 3
+                times[which].append(loops[which].step())
+            blocking.extend(snapshot_blocking(memory))
+        for which in range(3):
+            medians[which].append(statistics.median(times[which]))
+        ratios[0].append(medians[1][-1] / medians[0][-1])
+        ratios[1].append(medians[2][-1] / medians[0][-1])
+        mean_ratios.append(statistics.mean(times[2]) / statistics.mean(times[1]))
+    if memory.manager is not None:
+        memory.manager.close()
 
-    quartiles = statistics.quantiles(ratios, n=4)
-    median = statistics.median(ratios)
+    bare_times, guarded_times, memory_times = medians
+    quartiles = statistics.quantiles(ratios[0], n=4)
+    median = statistics.median(ratios[0])
     params = sum(p.numel() for p in bare.model.parameters())
     print(
         f"tiny GPT: {config.n_layer} layers, {config.n_embd} dim, block {config.block_size}, "
@@ -184,8 +252,24 @@ def main() -> None:
     print(f"guarded step median {statistics.median(guarded_times) * 1e3:8.3f} ms CPU")
     print(
         f"ratio guarded/bare: median {median:.4f}  IQR {quartiles[0]:.4f}-{quartiles[2]:.4f}  "
-        f"min {min(ratios):.4f}  max {max(ratios):.4f}  -> overhead {100 * (median - 1):+.2f}% "
-        "(target <= +1%)"
+        f"min {min(ratios[0]):.4f}  max {max(ratios[0]):.4f}  -> overhead "
+        f"{100 * (median - 1):+.2f}% (target <= +1%)"
+    )
+    with_memory = statistics.median(ratios[1])
+    memory_quartiles = statistics.quantiles(ratios[1], n=4)
+    print(f"guarded + memory tier (snapshot every {args.memory_interval} steps) step median "
+          f"{statistics.median(memory_times) * 1e3:8.3f} ms CPU")  # fmt: skip
+    print(
+        f"ratio guarded+memory/bare: median {with_memory:.4f}  IQR {memory_quartiles[0]:.4f}-"
+        f"{memory_quartiles[2]:.4f}  -> overhead {100 * (with_memory - 1):+.2f}% "
+        f"(guarded alone {100 * (median - 1):+.2f}%)"
+    )
+    mean_ratio = statistics.median(mean_ratios)
+    mean_quartiles = statistics.quantiles(mean_ratios, n=4)
+    print(
+        f"mean step guarded+memory/guarded (snapshot steps included): median {mean_ratio:.4f}  "
+        f"IQR {mean_quartiles[0]:.4f}-{mean_quartiles[2]:.4f}; a snapshot holds the step "
+        f"{statistics.median(blocking) * 1e3:.3f} ms (median of {len(blocking)}, wall)"
     )
     print(
         f"host syncs per step (Tensor sync points): bare {count_syncs(bare, args.steps):.2f}, "

@@ -38,6 +38,10 @@ DIRECTIVES_DIR = ROOT_DIR / "directives"
 DIRECTIVES_PATH = DIRECTIVES_DIR / env.DIRECTIVES_FILE_KEY
 LOCAL_VOLUME = "stabletrain-local"
 PFS_VOLUME = "stabletrain-pfs"
+MEMORY_VOLUME = "stabletrain-memory"
+"""The memory tier: an emptyDir of medium Memory, so it lives exactly as long as the pod
+(kept across a restart of the training processes inside it, gone with the pod) and its
+pages count against the training container's memory limit."""
 DIRECTIVES_VOLUME = "stabletrain-directives"
 AGENT_PORT_NAME = naming.AGENT_PORT_NAME
 LINEAGE_SUBDIR = "lineage"
@@ -191,6 +195,9 @@ def checkpoint_env(spec: StableTrainingJobSpec) -> list[Json]:
     if checkpoints.local.size_limit is not None:
         limit = quantity_bytes(checkpoints.local.size_limit)
         variables.append(_value(env.LOCAL_SIZE_LIMIT_BYTES, limit))
+    variables.append(_value(env.MEMORY_INTERVAL_STEPS, checkpoints.memory.interval_steps))
+    if checkpoints.memory.interval_steps:
+        variables.append(_value(env.MEMORY_CHECKPOINT_DIR, env.DEFAULT_MEMORY_CHECKPOINT_DIR))
     return variables
 
 
@@ -204,6 +211,7 @@ def agent_env(spec: StableTrainingJobSpec, job: JobRef, attempt: int, rank: int)
         _value(env.JOB_NAMESPACE, job.namespace),
         _value(env.ATTEMPT, attempt),
         {"name": env.NODE_NAME, **_field("spec.nodeName")},
+        {"name": env.POD_NAME, **_field("metadata.name")},
         _value(env.NODE_RANK, rank),
         _value(env.NODES, spec.workers.nodes),
         _value(env.PROCESSES_PER_NODE, spec.workers.processes_per_node),
@@ -236,7 +244,14 @@ def _volumes(spec: StableTrainingJobSpec, job: JobRef, attempt: int) -> list[Jso
             "name": DIRECTIVES_VOLUME,
             "configMap": {"name": naming.directives_config_map(job.name, attempt)},
         },
+        *_memory_volume(spec),
     ]
+
+
+def _memory_volume(spec: StableTrainingJobSpec) -> list[Json]:
+    if not spec.checkpoints.memory.interval_steps:
+        return []
+    return [{"name": MEMORY_VOLUME, "emptyDir": {"medium": "Memory"}}]
 
 
 def _mounts(spec: StableTrainingJobSpec) -> list[Json]:
@@ -252,6 +267,11 @@ def _mounts(spec: StableTrainingJobSpec) -> list[Json]:
             "mountPath": str(DIRECTIVES_DIR),
             "readOnly": True,
         },
+        *(
+            [{"name": MEMORY_VOLUME, "mountPath": str(env.DEFAULT_MEMORY_CHECKPOINT_DIR)}]
+            if spec.checkpoints.memory.interval_steps
+            else []
+        ),
     ]
 
 

@@ -62,6 +62,7 @@ class RecordedCheckpoints:
 
     def __init__(self) -> None:
         self.flushed: list[tuple[float, int | None]] = []
+        self.snapshots: list[tuple[int, bool]] = []
 
     def inventory(self) -> list[CheckpointRecord]:
         return [
@@ -79,6 +80,10 @@ class RecordedCheckpoints:
 
     def is_save_step(self, step: int) -> bool:
         return step % 2 == 0
+
+    def snapshot(self, step: int, *, stable: bool) -> bool:
+        self.snapshots.append((step, stable))
+        return True
 
     @property
     def inventory_version(self) -> int:
@@ -220,7 +225,11 @@ def test_a_trip_stops_with_the_report_and_the_lineage(tiny_gpt: ModuleType, tmp_
     termination = tmp_path / "termination-log"
     checkpoints = RecordedCheckpoints()
     env = GuardEnv(
-        attempt=0, node="node-a", termination_path=termination, lineage_root=tmp_path / "lineage"
+        attempt=0,
+        node="node-a",
+        pod="pod-a",
+        termination_path=termination,
+        lineage_root=tmp_path / "lineage",
     )
     guard, model, tripped = tripped_on_inf_loss(tiny_gpt, env, checkpoints)
     assert tripped.code == TRIP_EXIT_CODE
@@ -228,8 +237,10 @@ def test_a_trip_stops_with_the_report_and_the_lineage(tiny_gpt: ModuleType, tmp_
     assert params_finite(model)
     report = parse_termination_message(termination.read_text())
     assert (report.step, report.onset_step, report.signal) == (7, 6, Signal.NON_FINITE)
-    assert report.node == "node-a"
+    assert (report.node, report.pod) == ("node-a", "pod-a")
     assert report.inventory == ((5, 0, 13),)
+    # The memory tier is offered every healthy step, never one with a finding (6, 7).
+    assert checkpoints.snapshots == [(step, True) for step in range(1, 6)]
     assert report.suspect_shards == ("shard-0",)
     assert checkpoints.flushed == [(60.0, 6)]
     assert len(termination.read_bytes()) <= 4096

@@ -17,7 +17,7 @@ from stabletrain_agent.contract.preflight import Precision, parse_preflight_fact
 from stabletrain_agent.data import Shard, ShardedBatches
 from stabletrain_agent.directive_inbox import DirectiveSource
 from stabletrain_agent.guard import Guard, GuardEnv
-from stabletrain_agent.preflight import gather_facts, probe_schedule
+from stabletrain_agent.preflight import container_memory_limit, gather_facts, probe_schedule
 from support.agent_client import fetch_status
 
 
@@ -214,3 +214,19 @@ def test_observe_reports_a_custom_scalar_with_the_next_step_only() -> None:
     assert guard.monitor.snapshot().custom["val_loss"] == 3.0
     with pytest.raises(ValueError, match="lower snake_case"):
         guard.observe("Val-Loss", 1.0)
+
+
+def test_the_memory_limit_is_read_from_the_containers_cgroup(tmp_path: Path) -> None:
+    v2 = tmp_path / "v2"
+    v2.mkdir()
+    (v2 / "memory.max").write_text("8589934592\n")
+    assert container_memory_limit(v2) == 8 * 2**30
+    (v2 / "memory.max").write_text("max\n")
+    assert container_memory_limit(v2) is None
+    v1 = tmp_path / "v1"
+    (v1 / "memory").mkdir(parents=True)
+    (v1 / "memory" / "memory.limit_in_bytes").write_text("4294967296\n")
+    assert container_memory_limit(v1) == 4 * 2**30
+    (v1 / "memory" / "memory.limit_in_bytes").write_text("9223372036854771712\n")
+    assert container_memory_limit(v1) is None, "cgroup v1's way of saying no limit"
+    assert container_memory_limit(tmp_path / "none") is None

@@ -180,6 +180,7 @@ class AgentExporter:
         token: str,
         node: str,
         node_rank: int,
+        pod: str | None = None,
         rank: int | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
@@ -189,6 +190,7 @@ class AgentExporter:
         self._token = token
         self._node = node
         self._node_rank = node_rank
+        self._pod = pod
         self._address = (host, port)
         self._clock = clock
         self._heartbeat = HeartbeatClock(
@@ -240,6 +242,7 @@ class AgentExporter:
             token=environ.get(env.DIRECTIVES_TOKEN, ""),
             node=environ.get(env.NODE_NAME) or socket.gethostname(),
             node_rank=int(raw_rank),
+            pod=environ.get(env.POD_NAME) or socket.gethostname(),
             rank=int(raw_global),
             host=environ.get(env.AGENT_BIND_ADDRESS, env.DEFAULT_AGENT_BIND_ADDRESS),
             port=int(raw_port),
@@ -368,6 +371,7 @@ class AgentExporter:
             attempt=self._source.attempt,
             node=self._node,
             node_rank=self._node_rank,
+            pod=self._pod,
             updated_at=self._clock(),
             step=None if snap is None else snap.step,
             loss=None if snap is None else snap.loss,

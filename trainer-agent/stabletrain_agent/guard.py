@@ -34,7 +34,9 @@ for a verdict, and only then lets the optimizer step: a non-finite loss or gradi
 reaches the weights. It applies the directives' LR scale and re-warm-up so the user's
 scheduler never sees them (see lr.py), records which data the step consumed, adopts newer
 directives on every rank at the same step, and on a trip stops every rank at the same
-step, leaves the trip report for the operator and exits non-zero.
+step, leaves the trip report for the operator and exits non-zero. With the checkpoint
+manager attached it also keeps every healthy step the job's memory interval names in the
+pod's memory tier (``CheckpointManager.snapshot``): the loop's own saves stay as they are.
 """
 
 from __future__ import annotations
@@ -128,6 +130,11 @@ class Checkpoints(Protocol):
         baseline: Mapping[str, float] | None = None,
     ) -> object: ...
 
+    def snapshot(self, step: int, *, stable: bool) -> bool:
+        """Keep the state after `step` in the pod's memory tier when `step` is a snapshot
+        step (spec.checkpoints.memory.intervalSteps); whether one was started."""
+        ...
+
     def wait(self) -> None: ...
 
     def flush(self, deadline_s: float, before_step: int | None = None) -> object: ...
@@ -152,6 +159,7 @@ class GuardEnv:
 
     attempt: int = 0
     node: str = "localhost"
+    pod: str = "localhost"
     local_rank: int = 0
     termination_path: Path | None = None
     lineage_root: Path | None = None
@@ -164,6 +172,7 @@ class GuardEnv:
         return cls(
             attempt=int(source.get(env.ATTEMPT, "0")),
             node=source.get(env.NODE_NAME) or socket.gethostname(),
+            pod=source.get(env.POD_NAME) or socket.gethostname(),
             local_rank=int(source.get(env.LOCAL_RANK, "0")),
             termination_path=Path(termination) if termination else None,
             lineage_root=Path(lineage) if lineage else None,
@@ -373,7 +382,9 @@ class Guard:
         """Finish one training step; raises TrainingTripped on every rank when it trips.
 
         Call after ``backward()`` in place of clipping, ``optimizer.step()`` and
-        ``scheduler.step()``. With a GradScaler pass the unscaled loss.
+        ``scheduler.step()``. With a GradScaler pass the unscaled loss. A step without any
+        finding is handed to the attached checkpoints' ``snapshot`` (the memory tier keeps
+        it if the step is a snapshot step; staging it is all the step waits for).
         """
         step = self.global_step + 1
         custom = {**self._observed, **(custom or {})}
@@ -418,6 +429,9 @@ class Guard:
         if agreed.ranks_with_newer_directives:
             self._adopt_newest(latest)
             self._save_if_requested(verdict)
+        if self.checkpoints is not None and not verdict.findings:
+            # Every rank agreed on the verdict, so every rank makes the same call.
+            self.checkpoints.snapshot(step, stable=True)
         if verdict.trip:
             self._trip(verdict)
         self._last_step_end = time.perf_counter()
@@ -711,8 +725,9 @@ class Guard:
             verdict,
             attempt=self.env.attempt,
             node=self.env.node,
+            pod=self.env.pod,
             last_good_step=self.monitor.last_good_step,
-            inventory=compact_inventory(records, self.env.node),
+            inventory=compact_inventory(records, self.env.node, self.env.pod),
             lineage_path=lineage_path,
             suspect_shards=self._suspect_shards_of_all_ranks(lead.onset_step),
         )

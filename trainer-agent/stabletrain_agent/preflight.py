@@ -37,6 +37,10 @@ PLATEAU_STEPS = 50
 """The probe stops once the LR has not risen for this many steps after its maximum."""
 ADAPTIVE_STATE_TENSORS = 2
 """Adam-family optimizers keep two moments (exp_avg, exp_avg_sq) per parameter."""
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+CGROUP_V1_UNLIMITED = 2**62
+"""cgroup v1 reports "no limit" as the largest page-aligned signed 64-bit value; anything
+this large is no limit a container was given."""
 
 
 def preflight_requested(environ: Mapping[str, str] | None = None) -> bool:
@@ -146,6 +150,21 @@ def tier_facts(environ: Mapping[str, str]) -> tuple[TierFacts, ...]:
     return tuple(tiers)
 
 
+def container_memory_limit(cgroup_root: Path = CGROUP_ROOT) -> int | None:
+    """The memory limit of this container's cgroup in bytes (v2 `memory.max`, v1
+    `memory/memory.limit_in_bytes`); None when there is none or it cannot be read."""
+    for path in (cgroup_root / "memory.max", cgroup_root / "memory" / "memory.limit_in_bytes"):
+        try:
+            raw = path.read_text().strip()
+        except OSError:
+            continue
+        if not raw.isdigit():
+            return None  # "max": no limit
+        value = int(raw)
+        return value if value < CGROUP_V1_UNLIMITED else None
+    return None
+
+
 def gather_facts(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -180,6 +199,7 @@ def gather_facts(
         tiers=tier_facts(os.environ if environ is None else environ),
         data_shards=len(data.shards) if data is not None else None,
         world_size=world_size,
+        memory_limit_bytes=container_memory_limit(),
     )
 
 

@@ -46,6 +46,7 @@ def build_trip_report(
     attempt: int,
     node: str,
     last_good_step: int | None,
+    pod: str | None = None,
     inventory: tuple[CompactCheckpoint, ...],
     lineage_path: str,
     suspect_shards: tuple[str, ...] = (),
@@ -58,6 +59,7 @@ def build_trip_report(
     return TripReport(
         attempt=attempt,
         node=node,
+        pod=pod,
         step=verdict.step,
         tripped_at=datetime.now(UTC),
         signal=lead.signal,

@@ -145,6 +145,18 @@ FIELD_EFFECTS: dict[str, Effect] = {
         SETTINGS + "test_interval_and_retention_come_from_the_spec",
         E2E_CHECKPOINT_SETTINGS + "test_interval_and_retention_of_the_spec_are_what_the_pods_do",
     ),
+    "spec.checkpoints.memory": _e(GROUP, _POD_CONTRACT),
+    "spec.checkpoints.memory.intervalSteps": _e(
+        "pods.checkpoint_env (STABLETRAIN_MEMORY_INTERVAL_STEPS; 0: no memory volume) -> "
+        "CheckpointManager.is_snapshot_step / snapshot (Guard.step offers every healthy step); "
+        "preflight memory-tier-too-large",
+        PODS + "test_pod_carries_the_checkpoint_settings_of_the_spec",
+        PODS + "test_a_memory_interval_of_0_mounts_no_memory_tier",
+        SETTINGS + "test_the_memory_interval_comes_from_the_spec",
+        CHECKLIST + "test_the_memory_tier_is_judged_against_the_containers_memory_limit",
+        TORCH + "checkpoint/test_memory_killed_rank.py::"
+        "test_a_killed_rank_loses_less_than_a_snapshot_interval_when_the_pods_are_kept",
+    ),
     "spec.checkpoints.selection": _e(
         "plan.checkpoint.choose_checkpoint (BothTiers: also on every node of the relaunch)",
         TRUTH + "test_both_tiers_passes_over_a_newer_pfs_only_checkpoint_and_says_what_it_costs",

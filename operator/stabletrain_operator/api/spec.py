@@ -19,6 +19,7 @@ from stabletrain_agent.contract.detection import DetectionConfig
 from stabletrain_agent.contract.directives import SkipRange
 from stabletrain_agent.contract.env import (
     DEFAULT_CHECKPOINT_INTERVAL_STEPS,
+    DEFAULT_MEMORY_INTERVAL_STEPS,
     DEFAULT_RETENTION,
     DEFAULT_SPIKE_MARKERS,
 )
@@ -175,6 +176,18 @@ class PfsTierSpec(ApiModel):
     rollback target survives a new save."""
 
 
+class MemoryTierSpec(ApiModel):
+    """Pod memory tier: the newest state between two saves, kept across a restart of the
+    training processes inside the pod, lost with the pod."""
+
+    interval_steps: int = Field(default=DEFAULT_MEMORY_INTERVAL_STEPS, ge=0, le=10_000_000)
+    """Snapshot the state into the pod's memory (an emptyDir of medium Memory) every N
+    optimizer steps, in the background, except at the steps `intervalSteps` saves; 0 turns
+    the tier off. Only the newest snapshot is kept (plus the one being written), and a
+    RestartFromLatest whose pods all stay in place resumes from it. It counts against the
+    training container's memory limit: the preflight checks the size (docs/operations.md)."""
+
+
 class CheckpointSelection(StrEnum):
     """Which copies a checkpoint needs to be a resume target."""
 
@@ -193,6 +206,7 @@ class CheckpointsSpec(ApiModel):
 
     local: LocalTierSpec
     pfs: PfsTierSpec
+    memory: MemoryTierSpec = Field(default_factory=MemoryTierSpec)
     selection: CheckpointSelection = CheckpointSelection.BOTH_TIERS
     """Which copies a resume target needs: BothTiers (default) or PfsVerified."""
     interval_steps: int = Field(default=DEFAULT_CHECKPOINT_INTERVAL_STEPS, ge=1, le=10_000_000)

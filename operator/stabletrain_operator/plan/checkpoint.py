@@ -8,6 +8,10 @@ restarted between the decision and the choice reaches the same bound.
 The step chosen is the step the pods restore, exactly (0: nothing is restored): the agent
 never falls back to another one. When nothing lies far enough back, the rule's
 `noCheckpointFarEnough` decides, and a rollback never resumes at or after its onset.
+
+A restart from the latest may also resume from the pods' memory tier, when every pod of the
+next attempt is kept (its memory survives a restart of its processes) and holds the step
+(`surviving_memory`); every other action chooses from the local tier and the PFS.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from stabletrain_operator.api.spec import (
     StableTrainingJobSpec,
 )
 from stabletrain_operator.api.status import Plan
+from stabletrain_operator.policy.action_kind import Relaunch
 from stabletrain_operator.policy.action_registry import kind_of
 from stabletrain_operator.policy.arithmetic import target_bound
 
@@ -69,6 +74,16 @@ def no_checkpoint_decision(plan: Plan, spec: StableTrainingJobSpec) -> NoCheckpo
     return NoCheckpointDecision.FROM_SCRATCH
 
 
+def surviving_memory(plan: Plan, next_pods: Sequence[str | None]) -> tuple[str | None, ...]:
+    """The `memory_pods` of `choose_checkpoint` for this plan: `next_pods` (one entry per pod
+    of the next attempt, by node rank: the pod's name when it is kept and restarts in
+    place, None when it is new) for a RestartFromLatest, nothing for any other action: a
+    Rollback's target lies before the onset, on the tiers that keep history."""
+    if kind_of(plan.action).relaunch is not Relaunch.FROM_LATEST:
+        return ()
+    return tuple(next_pods)
+
+
 def choose_checkpoint(
     records: Sequence[CheckpointRecord],
     bound: int | None,
@@ -79,12 +94,15 @@ def choose_checkpoint(
     when_none: NoCheckpointDecision = NoCheckpointDecision.FROM_SCRATCH,
     excluded: Collection[int] = (),
     stable_only: bool = True,
+    memory_pods: Sequence[str | None] = (),
 ) -> Choice:
     """The selection function's answer, else the explicit no-checkpoint decision.
 
     `excluded` are steps the pods of an earlier try of this plan could not restore;
     `stable_only=False` for a restart, which takes the newest checkpoint whatever the
-    signals said when it was saved (never a spike marker).
+    signals said when it was saved (never a spike marker). `memory_pods` (see
+    `surviving_memory`; default: no pod is kept) lets a step held verified in the memory
+    tier of every pod of the next attempt be chosen.
     """
     pool = [r for r in records if r.step not in excluded]
     limit = bound if bound is not None else max((r.step for r in pool), default=0)
@@ -97,7 +115,13 @@ def choose_checkpoint(
     failed = f" (the pods could not restore {plural} {', '.join(map(str, steps))})" if steps else ""
     try:
         selected = select_checkpoint(
-            pool, onset_step=limit, margin=0, nodes=names, both_tiers=both, stable_only=stable_only
+            pool,
+            onset_step=limit,
+            margin=0,
+            nodes=names,
+            both_tiers=both,
+            stable_only=stable_only,
+            memory_pods=memory_pods,
         )
     except NoCheckpointError as error:
         if any(r.step <= limit for r in pool):

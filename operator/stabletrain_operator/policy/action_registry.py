@@ -81,7 +81,9 @@ _KINDS = (
         doc=(
             "For faults outside the model (crashed or OOM-killed worker, lost node, stall): stop "
             "all pods, relaunch attempt + 1 from the newest complete and verified checkpoint "
-            "(stable or not, never a spike marker), with LR scale and skip ranges unchanged. "
+            "(stable or not, never a spike marker), with LR scale and skip ranges unchanged: "
+            "on the PFS, or a snapshot in the memory tier of every pod when all the pods of the "
+            "next attempt are kept (`checkpoints.memory`; a replaced pod's memory is gone). "
             "Counts against `budgets.maxRestarts`, not against rollbacks."
         ),
         plot_colour="tab:purple",

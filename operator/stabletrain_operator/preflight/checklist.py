@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 from stabletrain_agent.checkpoint.retention import MIN_KEEP, local_copies
 from stabletrain_agent.contract.preflight import Precision, PreflightFacts, TierFacts
@@ -26,6 +27,12 @@ BETA2_HIGH = 0.999
 KEEP_AT_LEAST = MIN_KEEP
 """The agent never keeps fewer than 2 checkpoints per tier (the rollback target survives a
 new save); a tier that cannot hold 2 cannot protect anything."""
+MEMORY_SNAPSHOTS_HELD = 2
+"""The memory tier holds the newest complete snapshot plus the one being written."""
+MEMORY_TIER_SHARE = 0.5
+"""Above this share of the container's memory limit the memory tier leaves training less
+than it takes itself: a warning; at the limit, a severe finding (the kernel OOM-kills the
+container at the first snapshots)."""
 
 
 class Severity(StrEnum):
@@ -260,6 +267,59 @@ def local_retention_capped(facts: PreflightFacts, spec: StableTrainingJobSpec) -
     )
 
 
+def memory_tier_bytes(facts: PreflightFacts, spec: StableTrainingJobSpec) -> int:
+    """What the memory tier adds to the pod's memory: the snapshots it holds, plus each
+    rank's staging copy of its state (the snapshot is written from it in the background).
+    An upper bound: with sharded state a pod's snapshot and each rank's copy are smaller."""
+    copies = MEMORY_SNAPSHOTS_HELD + spec.workers.processes_per_node
+    return copies * facts.checkpoint_bytes_estimate
+
+
+def container_memory_limit(facts: PreflightFacts, spec: StableTrainingJobSpec) -> int | None:
+    """The training container's memory limit: as its cgroup enforces it (the agent reads
+    it), else as the template states it (resources.limits.memory)."""
+    if facts.memory_limit_bytes is not None:
+        return facts.memory_limit_bytes
+    name = spec.workers.container_name
+    containers = spec.workers.template["spec"]["containers"]
+    container: dict[str, Any] = next(
+        (c for c in containers if name is None or c.get("name") == name), {}
+    )
+    limit = ((container.get("resources") or {}).get("limits") or {}).get("memory")
+    try:
+        return None if limit is None else quantity_bytes(limit)
+    except ValueError:
+        return None  # the API server validates pod quantities; not this check's business
+
+
+def memory_tier_size(facts: PreflightFacts, spec: StableTrainingJobSpec) -> Finding | None:
+    if not spec.checkpoints.memory.interval_steps or facts.checkpoint_bytes_estimate == 0:
+        return None
+    limit = container_memory_limit(facts, spec)
+    needed = memory_tier_bytes(facts, spec)
+    if limit is None or needed < limit * MEMORY_TIER_SHARE:
+        return None
+    over = needed >= limit
+    ranks = spec.workers.processes_per_node
+    outcome = (
+        "the kernel kills the container at the first snapshots"
+        if over
+        else f"more than {MEMORY_TIER_SHARE:.0%} of it, leaving training the rest"
+    )
+    return Finding(
+        "memory-tier-too-large",
+        Severity.SEVERE if over else Severity.WARNING,
+        f"the memory tier holds {MEMORY_SNAPSHOTS_HELD} snapshots of about "
+        f"{_size(facts.checkpoint_bytes_estimate)} in the pod's memory plus a staging copy "
+        f"for each of its {ranks} rank(s), {_size(needed)} in all, against the training "
+        f"container's memory limit of {_size(limit)}: {outcome}",
+        f"raise the training container's resources.limits.memory by {_size(needed)} over "
+        f"what training needs without the tier (this check wants more than "
+        f"{_size(round(needed / MEMORY_TIER_SHARE))}), or turn the memory tier off "
+        "(checkpoints.memory.intervalSteps: 0)",
+    )
+
+
 def no_data_skipping(facts: PreflightFacts, _: StableTrainingJobSpec) -> Finding | None:
     if facts.data_shards is not None:
         return None
@@ -283,6 +343,7 @@ CHECKS: tuple[Check, ...] = (
     _tier_space("pfs"),
     local_size_limit,
     local_retention_capped,
+    memory_tier_size,
     no_data_skipping,
 )
 

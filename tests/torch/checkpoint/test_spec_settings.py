@@ -1,5 +1,6 @@
 """spec.checkpoints reaches the manager through the pod's env and is obeyed by default:
-the save interval, each tier's retention, the spike markers and the local size limit.
+the save interval, each tier's retention, the spike markers, the local size limit and the
+memory tier's interval.
 
 The env is the one the operator's pod builder writes, so a setting lost on either side of
 the contract (the operator not passing it, the agent not reading it) fails here.
@@ -38,6 +39,8 @@ def pod_environ(checkpoints: dict[str, Any], tmp_path: Path) -> dict[str, str]:
     environ[env.LOCAL_CHECKPOINT_DIR] = str(tmp_path / "local")
     environ[env.PFS_CHECKPOINT_DIR] = str(tmp_path / "pfs")
     environ[env.NODE_NAME] = "n0"
+    if env.MEMORY_CHECKPOINT_DIR in environ:
+        environ[env.MEMORY_CHECKPOINT_DIR] = str(tmp_path / "memory")
     return environ
 
 
@@ -120,6 +123,41 @@ def test_the_size_limit_keeps_fewer_local_copies_than_the_retention(tmp_path: Pa
     used = sum(f.stat().st_size for f in config.local_root.rglob("*") if f.is_file())
     assert used <= limit, (used, limit)
     assert steps_on(config.pfs_root) == [6, 7, 8]
+
+
+def test_the_memory_interval_comes_from_the_spec(tmp_path: Path) -> None:
+    """Snapshots at every multiple of memory.intervalSteps that is not a save step; only the
+    newest stays in the memory tier. An interval of 0 mounts no tier and takes none."""
+    environ = pod_environ({"intervalSteps": 5, "memory": {"intervalSteps": 2}}, tmp_path)
+    config = CheckpointConfig.from_env(environ)
+    assert config.memory_interval_steps == 2
+    assert config.memory_dir == tmp_path / "memory" / "node-0"
+    holder = Holder(reference(0))
+    manager = CheckpointManager(config, {"app": holder})
+    snapshots = []
+    try:
+        assert manager.restore() is None
+        for step in range(1, 12):
+            holder.state = reference(step)
+            if manager.snapshot(step, stable=True):
+                snapshots.append(step)
+                assert manager.memory is not None
+                manager.memory.wait()
+                assert steps_on(config.memory_dir) == [step]
+    finally:
+        manager.close()
+    assert snapshots == [2, 4, 6, 8]  # 10 is a save step: the local copy holds it
+
+    off = tmp_path / "off"
+    off.mkdir()
+    config = CheckpointConfig.from_env(pod_environ({"memory": {"intervalSteps": 0}}, off))
+    assert config.memory_dir is None
+    manager = CheckpointManager(config, {"app": holder})
+    try:
+        assert manager.restore() is None
+        assert not any(manager.snapshot(step, stable=True) for step in range(1, 30))
+    finally:
+        manager.close()
 
 
 def measure_copy_bytes(root: Path) -> int:

@@ -13,6 +13,7 @@ from stabletrain_agent.contract.checkpoint_inventory import (
     CheckpointRecord,
     CopyFlags,
     NodeCopy,
+    PodCopy,
     TierCopy,
     compact_inventory,
     expand_entry,
@@ -174,3 +175,18 @@ def test_compact_entry_expands_to_the_node_view() -> None:
     assert expand_entry(entry, "node-a", record.saved_at) == record
     elsewhere = compact_inventory([record], "node-b")[0]
     assert not elsewhere[2] & (CopyFlags.LOCAL_COMPLETE | CopyFlags.LOCAL_VERIFIED)
+
+
+def test_compact_entry_carries_the_writing_pods_memory_copy() -> None:
+    record = records(3)[2].model_copy(
+        update={"memory": (PodCopy(pod="job-a0-1", complete=True, verified=True),)}
+    )
+    entry = compact_inventory([record], "node-a", "job-a0-1")[0]
+    assert entry[2] & CopyFlags.MEMORY_VERIFIED
+    assert expand_entry(entry, "node-a", record.saved_at, "job-a0-1") == record
+    other_pod = compact_inventory([record], "node-a", "job-a0-0")[0]
+    assert not other_pod[2] & (CopyFlags.MEMORY_COMPLETE | CopyFlags.MEMORY_VERIFIED)
+    # A report that names no pod (an older agent) lists no memory copy.
+    assert expand_entry(entry, "node-a", record.saved_at).memory == ()
+    with_pod = report(1).model_copy(update={"pod": "job-a0-1", "inventory": (entry,)})
+    assert parse_termination_message(render_termination_message(with_pod)).pod == "job-a0-1"

@@ -36,6 +36,7 @@ def test_pod_carries_torchrun_settings_and_the_agent_contract() -> None:
     assert variables[env.ATTEMPT] == "3"
     assert variables[env.NODE_RANK] == "1"
     assert variables[env.NODE_NAME] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    assert variables[env.POD_NAME] == {"fieldRef": {"fieldPath": "metadata.name"}}
     assert variables[env.DIRECTIVES_TOKEN] == {
         "secretKeyRef": {"name": "gpt-token", "key": "token"}
     }
@@ -65,9 +66,12 @@ def test_pod_carries_torchrun_settings_and_the_agent_contract() -> None:
     }
     assert volumes["stabletrain-pfs"]["persistentVolumeClaim"] == {"claimName": "pfs"}
     assert volumes["stabletrain-directives"]["configMap"] == {"name": "gpt-a3-directives"}
+    assert volumes["stabletrain-memory"]["emptyDir"] == {"medium": "Memory"}
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
     assert mounts["stabletrain-local"] == variables[env.LOCAL_CHECKPOINT_DIR]
     assert mounts["stabletrain-pfs"] == variables[env.PFS_CHECKPOINT_DIR]
+    assert mounts["stabletrain-memory"] == variables[env.MEMORY_CHECKPOINT_DIR]
+    assert mounts["stabletrain-memory"].startswith(f"{pods.ROOT_DIR}/")
     assert "affinity" not in pod["spec"]
 
 
@@ -157,8 +161,10 @@ def test_pod_carries_the_checkpoint_settings_of_the_spec() -> None:
         "intervalSteps": 25,
         "spikeMarkers": 1,
     }
+    checkpoints["memory"] = {"intervalSteps": 5}
     variables = _env(pods.build_pod(spec(checkpoints=checkpoints), JOB, attempt=0, rank=1))
     assert variables[env.CHECKPOINT_INTERVAL_STEPS] == "25"
+    assert variables[env.MEMORY_INTERVAL_STEPS] == "5"
     assert variables[env.LOCAL_RETENTION] == "4"
     assert variables[env.PFS_RETENTION] == "6"
     assert variables[env.SPIKE_MARKERS] == "1"
@@ -171,6 +177,19 @@ def test_no_size_limit_means_no_size_variable_and_the_defaults_are_spelled_out()
     assert variables[env.CHECKPOINT_INTERVAL_STEPS] == str(env.DEFAULT_CHECKPOINT_INTERVAL_STEPS)
     assert variables[env.LOCAL_RETENTION] == variables[env.PFS_RETENTION] == "3"
     assert variables[env.SPIKE_MARKERS] == str(env.DEFAULT_SPIKE_MARKERS)
+    assert variables[env.MEMORY_INTERVAL_STEPS] == str(env.DEFAULT_MEMORY_INTERVAL_STEPS)
+
+
+def test_a_memory_interval_of_0_mounts_no_memory_tier() -> None:
+    checkpoints = {"local": {"hostPath": "/nvme"}, "pfs": {"claimName": "pfs"},
+                   "memory": {"intervalSteps": 0}}  # fmt: skip
+    pod = pods.build_pod(spec(checkpoints=checkpoints), JOB, attempt=0, rank=0)
+    variables = _env(pod)
+    assert variables[env.MEMORY_INTERVAL_STEPS] == "0"
+    assert env.MEMORY_CHECKPOINT_DIR not in variables
+    assert "stabletrain-memory" not in {v["name"] for v in pod["spec"]["volumes"]}
+    mounts = pod["spec"]["containers"][0]["volumeMounts"]
+    assert "stabletrain-memory" not in {m["name"] for m in mounts}
 
 
 def test_the_agent_port_setting_reaches_the_pod_the_service_and_the_scrape() -> None:

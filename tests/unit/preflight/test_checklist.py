@@ -201,3 +201,55 @@ def test_the_local_tier_is_judged_by_what_the_agent_keeps_under_its_size_limit()
     assert (check, severity) == ("local-retention-capped", "Warning")
     assert "the agent keeps 3 of retention 3 + spikeMarkers 2" in line
     assert "raise checkpoints.local.sizeLimit to 6.0 GiB" in line
+
+
+def with_memory_limit(limit: str | None, processes: int = 1, **checkpoints: Any) -> Any:
+    container: dict[str, Any] = {"name": "t", "command": ["x"]}
+    if limit is not None:
+        container["resources"] = {"limits": {"memory": limit}}
+    return job_spec(
+        workers={
+            "processesPerNode": processes,
+            "template": {"spec": {"containers": [container]}},
+        },
+        checkpoints={
+            "local": {"hostPath": "/nvme"},
+            "pfs": {"claimName": "pfs"},
+            "intervalSteps": 200,
+            **checkpoints,
+        },
+    )
+
+
+def memory_findings(facts: PreflightFacts, spec: StableTrainingJobSpec) -> list[Any]:
+    return [f for f in evaluate(facts, spec) if f.check == "memory-tier-too-large"]
+
+
+def test_the_memory_tier_is_judged_against_the_containers_memory_limit() -> None:
+    """2 snapshots of 1 GiB plus one staging copy per rank: 4 GiB with 2 ranks per pod."""
+    facts = clean_facts()
+    assert memory_findings(facts, with_memory_limit("16Gi", processes=2)) == []
+    (warning,) = memory_findings(facts, with_memory_limit("6Gi", processes=2))
+    assert warning.severity is Severity.WARNING
+    assert "4.0 GiB in all" in warning.message
+    assert "of 6.0 GiB" in warning.message
+    (severe,) = memory_findings(facts, with_memory_limit("4Gi", processes=2))
+    assert severe.severity is Severity.SEVERE
+    assert "kills the container" in severe.message
+    assert "resources.limits.memory by 4.0 GiB" in severe.fix
+    assert "checkpoints.memory.intervalSteps: 0" in severe.fix
+
+
+def test_the_cgroup_limit_the_agent_reads_wins_over_the_template() -> None:
+    """A LimitRange default is in the cgroup, not in the template."""
+    cgroup = clean_facts(memory_limit_bytes=3 * GIB)
+    (severe,) = memory_findings(cgroup, with_memory_limit(None))
+    assert severe.severity is Severity.SEVERE
+    assert memory_findings(clean_facts(memory_limit_bytes=64 * GIB), with_memory_limit("3Gi")) == []
+
+
+def test_no_memory_tier_or_no_limit_means_no_memory_finding() -> None:
+    facts = clean_facts()
+    assert memory_findings(facts, with_memory_limit("2Gi", memory={"intervalSteps": 0})) == []
+    assert memory_findings(facts, with_memory_limit(None)) == []
+    assert memory_findings(facts, with_memory_limit("lots")) == []

@@ -1,6 +1,9 @@
-"""Two-tier checkpoints: node-local NVMe for fast restarts, the PFS for survival of a lost node.
+"""Checkpoint tiers: node-local NVMe for fast restarts, the PFS for survival of a lost node,
+and the pod's memory for the newest state between two saves (kept across a restart of the
+training processes inside the pod).
 
-This package root imports nothing, so the operator can import the torch-free modules
-(layout, manifest, fence, inventory, retention, selection, replicate) without pulling in
-torch; only `manager` and `states` need it.
+This package root imports nothing, so the operator (and a process in the pod that scans
+the tiers while training is down) can import the torch-free modules (layout, manifest,
+fence, inventory_scan, memory_tier, retention, selection, replicate) without pulling in
+torch; only `manager`, `snapshot` and `states` need it.
 """

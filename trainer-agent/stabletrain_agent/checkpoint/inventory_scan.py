@@ -1,23 +1,36 @@
-"""What checkpoints exist on this node's local tier and on the PFS, and which can be trusted.
+"""What checkpoints exist on this pod's memory tier, its node's local tier and the PFS, and
+which can be trusted.
 
 The result uses the contract's `CheckpointRecord`, the form the status endpoint exports
 and the trip report compacts.  Deep verification (re-reading every byte) is cached per copy
 keyed on the files' sizes and modification times, so frequent scans stay cheap while a
 copy that changes on disk is re-read.
+
+Torch-free and given nothing but the tier directories (`TierDirs`): a process in the pod
+that outlives the training processes scans with it while they are down, and the pod's
+memory tier, which survives their restart, is listed then too.
 """
 
 from __future__ import annotations
 
+import os
+import socket
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 from stabletrain_agent.checkpoint.fence import Fence, FenceCorruptError, read_fence
-from stabletrain_agent.checkpoint.layout import iter_attempt_dirs, parse_node
+from stabletrain_agent.checkpoint.layout import iter_attempt_dirs, local_part_root, parse_node
 from stabletrain_agent.checkpoint.manifest import CheckpointCorruptError, CopyManifest, verify_copy
-from stabletrain_agent.contract.checkpoint_inventory import CheckpointRecord, NodeCopy, TierCopy
+from stabletrain_agent.contract import env
+from stabletrain_agent.contract.checkpoint_inventory import (
+    CheckpointRecord,
+    NodeCopy,
+    PodCopy,
+    TierCopy,
+)
 
 
 @dataclass(frozen=True)
@@ -51,6 +64,12 @@ class VerifyCache:
         """Record a copy whose checksums the caller has just computed from what it wrote."""
         with self._lock:
             self._results[directory] = (_fingerprint(directory), CopyCheck(manifest, None))
+
+    def forget(self, directory: Path) -> None:
+        """Drop what is known of a copy that was deleted (a snapshot replaced every few
+        steps would otherwise leave one entry per snapshot for the run's lifetime)."""
+        with self._lock:
+            self._results.pop(directory, None)
 
     def check(
         self, directory: Path, *, step: int, attempt: int, node: str | None = None
@@ -134,21 +153,30 @@ def build_records(
     local: dict[tuple[int, int], CopyCheck],
     pfs: dict[tuple[int, int], PfsCheck],
     fence: Fence,
+    *,
+    memory: dict[tuple[int, int], CopyCheck] | None = None,
+    pod: str | None = None,
 ) -> list[CheckpointRecord]:
-    """One record per on-lineage checkpoint that has at least one verified copy somewhere."""
+    """One record per on-lineage checkpoint that has at least one verified copy somewhere:
+    this node's local tier, the PFS, or (`memory`, seen from `pod`) this pod's memory tier."""
+    memory = memory or {}
     records: list[CheckpointRecord] = []
-    for step, attempt in sorted(set(local) | set(pfs)):
+    for step, attempt in sorted(set(local) | set(pfs) | set(memory)):
         if not fence.on_lineage(step, attempt):
             continue
         local_check = local.get((step, attempt))
         pfs_check = pfs.get((step, attempt))
-        manifest = (local_check.manifest if local_check else None) or (
-            pfs_check.any_manifest if pfs_check else None
+        memory_check = memory.get((step, attempt))
+        manifest = (
+            (local_check.manifest if local_check else None)
+            or (pfs_check.any_manifest if pfs_check else None)
+            or (memory_check.manifest if memory_check else None)
         )
         if manifest is None:
             continue
         pfs_complete = pfs_check is not None and pfs_check.complete
         local_ok = local_check is not None and local_check.ok
+        memory_ok = pod is not None and memory_check is not None and memory_check.ok
         records.append(
             CheckpointRecord(
                 step=step,
@@ -158,15 +186,95 @@ def build_records(
                 saved_at=datetime.fromtimestamp(manifest.created_at, tz=UTC),
                 pfs=TierCopy(complete=pfs_complete, verified=pfs_complete),
                 local=(NodeCopy(node=node, complete=True, verified=True),) if local_ok else (),
+                memory=(
+                    (PodCopy(pod=pod, complete=True, verified=True),)
+                    if memory_ok and pod is not None
+                    else ()
+                ),
             )
         )
     return records
 
 
+def memory_interval_steps(environ: Mapping[str, str]) -> int:
+    """spec.checkpoints.memory.intervalSteps as the pod's env states it (unset: the spec's
+    default); 0 means the memory tier is off."""
+    raw = environ.get(env.MEMORY_INTERVAL_STEPS) or str(env.DEFAULT_MEMORY_INTERVAL_STEPS)
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ValueError(f"{env.MEMORY_INTERVAL_STEPS} must be an integer >= 0, got {raw!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class TierDirs:
+    """Where one pod's tiers are, and the names its inventory reports them under."""
+
+    local_dir: Path
+    """This pod's part of its node's local tier (`<local>/node-<part>`)."""
+    pfs_root: Path
+    memory_dir: Path | None
+    """This pod's part of its memory tier; None when the tier is off."""
+    part: str
+    """The pod's node rank: whose part of each checkpoint the copies are."""
+    node: str
+    """The Kubernetes node (local copies are reported under it)."""
+    pod: str
+    """The pod (memory copies are reported under it)."""
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] = os.environ) -> TierDirs:
+        """The tiers the operator mounts into every pod, from the contract's env names, as
+        the checkpoint manager reads them (CheckpointConfig.from_env)."""
+        missing = [
+            name
+            for name in (env.LOCAL_CHECKPOINT_DIR, env.PFS_CHECKPOINT_DIR)
+            if not environ.get(name)
+        ]
+        if missing:
+            raise ValueError(f"scanning the checkpoint tiers needs the variables {missing}")
+        part = environ.get(env.NODE_RANK) or environ.get(env.GROUP_RANK) or "0"
+        memory = environ.get(env.MEMORY_CHECKPOINT_DIR)
+        return cls(
+            local_dir=local_part_root(Path(environ[env.LOCAL_CHECKPOINT_DIR]), part),
+            pfs_root=Path(environ[env.PFS_CHECKPOINT_DIR]),
+            memory_dir=(
+                local_part_root(Path(memory), part)
+                if memory and memory_interval_steps(environ) > 0
+                else None
+            ),
+            part=part,
+            node=environ.get(env.NODE_NAME) or os.uname().nodename,
+            pod=environ.get(env.POD_NAME) or socket.gethostname(),
+        )
+
+    @property
+    def roots(self) -> list[Path]:
+        """Every tier root that records attempt starts (their fences)."""
+        return [self.local_dir, self.pfs_root, *([self.memory_dir] if self.memory_dir else [])]
+
+
+def scan_tiers(tiers: TierDirs, cache: VerifyCache) -> list[CheckpointRecord]:
+    """This pod's inventory: its memory tier, its node's local tier (its own part) and the
+    PFS, judged against every tier's fence. An unreachable PFS lists nothing from it."""
+    fence = combined_fence(tiers.roots)
+    local = scan_local(tiers.local_dir, tiers.part, cache)
+    memory = scan_local(tiers.memory_dir, tiers.part, cache) if tiers.memory_dir else {}
+    try:
+        pfs = scan_pfs(tiers.pfs_root, cache)
+    except OSError:
+        pfs = {}
+    return build_records(tiers.node, local, pfs, fence, memory=memory, pod=tiers.pod)
+
+
 def merge_records(reports: Iterable[Sequence[CheckpointRecord]]) -> list[CheckpointRecord]:
     """Combine the nodes' reports into one inventory (what the operator decides on).
 
-    Local copies are the union of what each node saw of its own tier.  The PFS counts as
+    Local copies are the union of what each node saw of its own tier, memory copies the
+    union of what each pod saw of its own memory.  The PFS counts as
     complete if any node saw it complete: the PFS only gains parts until retention, and a
     restore re-verifies before it trusts anything, so optimism here costs no correctness.
     """
@@ -179,8 +287,13 @@ def merge_records(reports: Iterable[Sequence[CheckpointRecord]]) -> list[Checkpo
                 merged[key] = record
                 continue
             local = {copy.node: copy for copy in (*seen.local, *record.local)}
+            memory = {copy.pod: copy for copy in (*seen.memory, *record.memory)}
             pfs = seen.pfs if seen.pfs.verified else record.pfs
             merged[key] = seen.model_copy(
-                update={"local": tuple(local[name] for name in sorted(local)), "pfs": pfs}
+                update={
+                    "local": tuple(local[name] for name in sorted(local)),
+                    "memory": tuple(memory[name] for name in sorted(memory)),
+                    "pfs": pfs,
+                }
             )
     return [merged[key] for key in sorted(merged)]

@@ -1,5 +1,6 @@
 """The checkpoint manager a training script uses: async save to the local tier, replication
-to the PFS, verified restore, retention, and the inventory the agent exports.
+to the PFS, snapshots in the pod's memory tier, verified restore, retention, and the
+inventory the agent exports.
 
 Sharding across nodes: torch.distributed.checkpoint writes a key held by several ranks only
 once per process group.  Saving over the whole world would leave each node's local tier with
@@ -16,6 +17,11 @@ order, so a relaunched pod may get another global rank than before.  What stays 
 node rank (the operator sets it per pod) and the process's local rank, so per-rank keys and
 the node's part (its PFS directory, the owner named in a copy's manifest) use those.  The
 Kubernetes node name only says whose local tier holds a copy, in the inventory.
+
+The memory tier (snapshot.py, memory_tier.py) holds the newest state between two local
+saves, every `memory_interval_steps`: it survives a restart of the training processes
+inside the pod, so a restart that keeps the pods loses less than a snapshot interval. A
+restore prefers it, then the local tier, then the PFS, for the step it is asked to load.
 """
 
 from __future__ import annotations
@@ -24,12 +30,13 @@ import contextlib
 import logging
 import os
 import shutil
+import socket
 import threading
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -58,11 +65,13 @@ from stabletrain_agent.checkpoint.fence import (
     check_not_stale,
 )
 from stabletrain_agent.checkpoint.inventory_scan import (
+    TierDirs,
     VerifyCache,
-    build_records,
     combined_fence,
+    memory_interval_steps,
     scan_local,
     scan_pfs,
+    scan_tiers,
 )
 from stabletrain_agent.checkpoint.layout import (
     TEMP_PREFIX,
@@ -86,6 +95,7 @@ from stabletrain_agent.checkpoint.retention import (
     copies_within,
     plan_deletions,
 )
+from stabletrain_agent.checkpoint.snapshot import MemorySnapshots, SnapshotOwner
 from stabletrain_agent.checkpoint.states import Stateful
 from stabletrain_agent.contract import env
 from stabletrain_agent.contract.checkpoint_inventory import CheckpointRecord
@@ -156,6 +166,14 @@ class CheckpointConfig:
     """Every multiple of this is a save step (spec.checkpoints.intervalSteps)."""
     local_size_limit_bytes: int | None = None
     """Budget of the local tier (spec.checkpoints.local.sizeLimit): fewer copies, never full."""
+    memory_root: Path | None = None
+    """The pod's memory tier (spec.checkpoints.memory, an emptyDir of medium Memory); None
+    turns it off, as does `memory_interval_steps` 0."""
+    memory_interval_steps: int = env.DEFAULT_MEMORY_INTERVAL_STEPS
+    """Every multiple of this that is not a save step is a snapshot step
+    (spec.checkpoints.memory.intervalSteps)."""
+    pod: str = field(default_factory=socket.gethostname)
+    """The pod's name: inventories report the memory tier's snapshots under it."""
 
     def __post_init__(self) -> None:
         if self.keep_local < MIN_KEEP or self.keep_pfs < MIN_KEEP:
@@ -169,6 +187,10 @@ class CheckpointConfig:
             )
         if self.interval_steps < 1:
             raise ValueError(f"interval_steps must be >= 1, got {self.interval_steps}")
+        if self.memory_interval_steps < 0:
+            raise ValueError(
+                f"memory_interval_steps must be >= 0, got {self.memory_interval_steps}"
+            )
         if self.local_size_limit_bytes is not None and self.local_size_limit_bytes < 0:
             raise ValueError(
                 f"local_size_limit_bytes must be >= 0, got {self.local_size_limit_bytes}"
@@ -187,6 +209,7 @@ class CheckpointConfig:
         if missing:
             raise ValueError(f"checkpointing needs the environment variables {missing}")
         limit = environ.get(env.LOCAL_SIZE_LIMIT_BYTES)
+        memory = environ.get(env.MEMORY_CHECKPOINT_DIR)
         return cls(
             local_root=Path(environ[env.LOCAL_CHECKPOINT_DIR]),
             pfs_root=Path(environ[env.PFS_CHECKPOINT_DIR]),
@@ -202,6 +225,9 @@ class CheckpointConfig:
             local_size_limit_bytes=(
                 _env_int(environ, env.LOCAL_SIZE_LIMIT_BYTES, 0, 0) if limit else None
             ),
+            memory_root=Path(memory) if memory else None,
+            memory_interval_steps=memory_interval_steps(environ),
+            pod=environ.get(env.POD_NAME) or socket.gethostname(),
         )
 
     @property
@@ -209,6 +235,20 @@ class CheckpointConfig:
         """This pod's own part of the local tier (`<local>/node-<node rank>`): another pod of
         the job on the same node, sharing its local volume, never touches it."""
         return local_part_root(self.local_root, self.part)
+
+    @property
+    def memory_dir(self) -> Path | None:
+        """This pod's part of its memory tier; None when the tier is off."""
+        if self.memory_root is None or self.memory_interval_steps == 0:
+            return None
+        return local_part_root(self.memory_root, self.part)
+
+    @property
+    def tiers(self) -> TierDirs:
+        """The tier directories and names a torch-free inventory scan needs."""
+        return TierDirs(
+            self.local_dir, self.pfs_root, self.memory_dir, self.part, self.node, self.pod
+        )
 
     @property
     def part(self) -> str:
@@ -219,11 +259,15 @@ class CheckpointConfig:
         return str(self.node_rank)
 
 
+Source = Literal["memory", "local", "pfs"]
+"""The tier a node's ranks loaded from."""
+
+
 @dataclass(frozen=True)
 class RestoreResult:
     step: int
     attempt: int
-    source: Literal["local", "pfs"]
+    source: Source
     rejected: tuple[str, ...] = ()
 
 
@@ -264,6 +308,7 @@ class CheckpointManager:
         self.world_size = dist.get_world_size() if self._distributed else 1
         self._world_group: dist.ProcessGroup | None = None
         self._node_group: dist.ProcessGroup | None = None
+        self._memory_group: dist.ProcessGroup | None = None
         self.nodes: tuple[str, ...] = (config.part,)
         self.node_ranks: tuple[int, ...] = (0,)
         if self._distributed:
@@ -287,6 +332,7 @@ class CheckpointManager:
         training begins here, and the heartbeat's start-up bound counts from it."""
         self._changes = 0
         self.replicator: Replicator | None = None
+        self.memory = self._memory_snapshots()
         if self.is_node_leader:
             config.local_dir.mkdir(parents=True, exist_ok=True)
             self.replicator = Replicator(
@@ -310,6 +356,38 @@ class CheckpointManager:
             if node == self.config.part:
                 self._node_group = group
                 self.node_ranks = tuple(ranks)
+        if self.config.memory_dir is None:
+            return
+        for node in self.nodes:  # the snapshots' own groups, never busy with a local save
+            ranks = [rank for rank, name in enumerate(names) if name == node]
+            group = dist.new_group(ranks=ranks, backend="gloo")
+            if node == self.config.part:
+                self._memory_group = group
+
+    def _memory_snapshots(self) -> MemorySnapshots | None:
+        memory_dir = self.config.memory_dir
+        if memory_dir is None:
+            return None
+        owner = SnapshotOwner(
+            memory_dir,
+            self.config.attempt,
+            self.config.part,
+            self.nodes,
+            self.node_ranks,
+            self.world_size,
+            self.is_node_leader,
+        )
+        return MemorySnapshots(
+            owner,
+            group=self._memory_group,
+            distributed=self._distributed,
+            cache=self._cache,
+            writer=lambda temp: _BackgroundWriter(temp, sync_files=False, overwrite=True),
+            on_commit=self._count_change,
+        )
+
+    def _count_change(self) -> None:
+        self._changes += 1
 
     # ----------------------------------------------------------------- save
 
@@ -322,6 +400,35 @@ class CheckpointManager:
         """Whether `step` (optimizer steps done) is one the job saves at: every multiple of
         spec.checkpoints.intervalSteps, so a loop asks instead of repeating the interval."""
         return step > 0 and step % self.config.interval_steps == 0
+
+    def is_snapshot_step(self, step: int) -> bool:
+        """Whether `step` is one the memory tier snapshots: every multiple of
+        spec.checkpoints.memory.intervalSteps that is not a save step (the local copy holds
+        that one), never while the tier is off."""
+        interval = self.config.memory_interval_steps
+        return (
+            self.memory is not None
+            and step > 0
+            and step % interval == 0
+            and not self.is_save_step(step)
+        )
+
+    def snapshot(self, step: int, *, stable: bool) -> bool:
+        """Keep the state after `step` in the pod's memory tier, if `step` is a snapshot step.
+
+        The training thread only stages the state; the write and its commit run in the
+        background, and the snapshot replaces the previous one once committed. The guard
+        calls this after every healthy step (a step inside an anomaly is not kept: the
+        memory tier holds one snapshot, and evidence belongs on the tiers that keep
+        markers); a loop without a guard may call it after each step. Every rank makes the
+        same calls. Returns whether a snapshot was started.
+        """
+        if self.memory is None or not self.is_snapshot_step(step):
+            return False
+        if not self._started:
+            raise RuntimeError("call restore() before the first snapshot: it starts the attempt")
+        self.memory.take(step, self._state(), stable=stable)
+        return True
 
     def save(
         self,
@@ -439,9 +546,11 @@ class CheckpointManager:
         the run was already unhealthy; a restart after an infrastructure failure takes the
         newest checkpoint whatever its verdict.
 
-        Each node prefers its verified local copy, else re-seeds it from its verified PFS
-        part; if any node can do neither, every rank moves on to the next older candidate
-        together.  None means nothing restorable exists: the run starts fresh from step 0.
+        Each node prefers its pod's verified memory snapshot, else its verified local copy,
+        else re-seeds its local tier from its verified PFS part; if any node can do none of
+        these, every rank moves on to the next older candidate together.  A memory snapshot
+        that does not verify (torn) is dropped and never loaded.  None means nothing
+        restorable exists: the run starts fresh from step 0.
 
         `exact` (what the operator's directives ask for) loads `max_step` itself or raises
         RestoreTargetMissingError on every rank: a fallback to another step would be a decision
@@ -463,10 +572,10 @@ class CheckpointManager:
             source = self._prepare_copy(step, attempt, rejected) if self.is_node_leader else None
             if not self._all_ranks_agree(source is not None or not self.is_node_leader):
                 continue
-            self._load(local_copy_dir(self.config.local_dir, step, attempt))
+            node_source = self._node_source(source)
+            self._load(self._copy_dir(node_source, step, attempt))
             self._protected = ((step, attempt),)
             self._begin(step)
-            node_source = self._node_source(source)
             return RestoreResult(step, attempt, node_source, tuple(rejected))
         if exact and max_step:
             raise RestoreTargetMissingError(max_step, tuple(rejected))
@@ -485,7 +594,7 @@ class CheckpointManager:
         so both the keys and the recorded attempt starts are pooled before filtering: a
         checkpoint one node knows to be abandoned is abandoned for all.
         """
-        fence = combined_fence([self.config.local_dir, self.config.pfs_root])
+        fence = combined_fence(self.config.tiers.roots)
         manifests = self._known_manifests(problems)
         keys = {
             key
@@ -522,16 +631,18 @@ class CheckpointManager:
                 elif part is not None and part.problem is not None:
                     problems.setdefault(key, []).append(part.problem)
         local = scan_local(self.config.local_dir, self.config.part, self._cache)
-        for key, check in local.items():
+        memory_dir = self.config.memory_dir
+        memory = scan_local(memory_dir, self.config.part, self._cache) if memory_dir else {}
+        for key, check in (*memory.items(), *local.items()):
             if check.manifest is not None:
                 found[key] = check.manifest
             elif check.problem is not None:
                 problems.setdefault(key, []).append(check.problem)
         return found
 
-    def _prepare_copy(
-        self, step: int, attempt: int, rejected: list[str]
-    ) -> Literal["local", "pfs"] | None:
+    def _prepare_copy(self, step: int, attempt: int, rejected: list[str]) -> Source | None:
+        if self._memory_copy_verifies(step, attempt, rejected):
+            return "memory"
         local = local_copy_dir(self.config.local_dir, step, attempt)
         if local.is_dir():
             try:
@@ -549,6 +660,32 @@ class CheckpointManager:
         except (CheckpointCorruptError, OSError) as error:
             rejected.append(f"PFS part of step {step}: {error}")
             return None
+
+    def _memory_copy_verifies(self, step: int, attempt: int, rejected: list[str]) -> bool:
+        """The pod's snapshot of the step, re-read in full; one that does not verify is
+        dropped (memory is the pod's to spend, and the bytes would only mislead)."""
+        memory_dir = self.config.memory_dir
+        if memory_dir is None:
+            return False
+        snapshot = local_copy_dir(memory_dir, step, attempt)
+        if not snapshot.is_dir():
+            return False
+        try:
+            verify_copy(snapshot, step=step, attempt=attempt, node=self.config.part)
+            return True
+        except CheckpointCorruptError as error:
+            remove_tree_durable(snapshot)
+            rejected.append(f"memory snapshot: {error} (dropped)")
+            log.error("memory snapshot rejected: %s; dropped", error)
+            return False
+
+    def _copy_dir(self, source: Source, step: int, attempt: int) -> Path:
+        """Where a node's ranks load from: its memory snapshot, or its local copy (a PFS
+        part was re-seeded into the local tier first)."""
+        if source == "memory":
+            assert self.config.memory_dir is not None
+            return local_copy_dir(self.config.memory_dir, step, attempt)
+        return local_copy_dir(self.config.local_dir, step, attempt)
 
     def _reseed(self, part: Path, step: int, attempt: int) -> None:
         """Copy the node's PFS part to its local tier under a temp name, verify, rename."""
@@ -573,14 +710,16 @@ class CheckpointManager:
         dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=self._world_group)
         return bool(flag.item())
 
-    def _node_source(self, source: Literal["local", "pfs"] | None) -> Literal["local", "pfs"]:
-        """Every rank reports the copy its node leader chose."""
+    def _node_source(self, source: Source | None) -> Source:
+        """Every rank learns the copy its node leader chose: the node's ranks load it."""
         if not self._distributed:
             assert source is not None
             return source
-        sources: list[str | None] = [None] * self.world_size
+        sources: list[Source | None] = [None] * self.world_size
         dist.all_gather_object(sources, source, group=self._world_group)
-        return "local" if sources[min(self.node_ranks)] == "local" else "pfs"
+        chosen = sources[min(self.node_ranks)]
+        assert chosen is not None
+        return chosen
 
     def _load(self, directory: Path) -> None:
         dcp_load(
@@ -607,6 +746,8 @@ class CheckpointManager:
             except OSError as error:
                 log.warning("cannot record attempt start on the PFS: %s", error)
         self._stager.stage({name: obj.state_dict() for name, obj in self._state().items()})
+        if self.memory is not None:
+            self.memory.start_attempt(resume_step, self._state())
         self.restored_at = datetime.now(UTC)
         self._started = True
         self._changes += 1
@@ -644,18 +785,14 @@ class CheckpointManager:
     # ----------------------------------------------------- inventory, flush
 
     def inventory(self) -> list[CheckpointRecord]:
-        """This node's view: its local tier and the PFS (run's completeness per step).
+        """This pod's view: its memory tier, its node's local tier and the PFS (the run's
+        completeness per step).
 
         Local copies are reported under the Kubernetes node's name (whose disk holds them),
         and only those of this pod's part: another pod's leftover is no rollback source.
+        Memory snapshots are reported under the pod's name (they are gone with the pod).
         """
-        fence = combined_fence([self.config.local_dir, self.config.pfs_root])
-        local = scan_local(self.config.local_dir, self.config.part, self._cache)
-        try:
-            pfs = scan_pfs(self.config.pfs_root, self._cache)
-        except OSError:
-            pfs = {}
-        return build_records(self.config.node, local, pfs, fence)
+        return scan_tiers(self.config.tiers, self._cache)
 
     @property
     def inventory_version(self) -> int:
@@ -670,18 +807,22 @@ class CheckpointManager:
         """A save is being written or a copy replicated: step-time dips now are not news."""
         save = self._in_flight
         writing = save is not None and save.finisher is not None and save.finisher.is_alive()
-        return writing or bool(self.replicator and self.replicator.pending())
+        snapshotting = self.memory is not None and self.memory.busy
+        return writing or snapshotting or bool(self.replicator and self.replicator.pending())
 
     @property
     def pfs_condition(self) -> PfsCondition:
         return self.replicator.condition if self.replicator else PfsCondition()
 
     def flush(self, deadline_s: float, before_step: int | None = None) -> FlushResult:
-        """On a trip: finish the save in flight and replicate copies older than the onset."""
+        """On a trip: finish the save and the snapshot in flight and replicate copies older
+        than the onset."""
         end = time.monotonic() + deadline_s
         save = self._in_flight
         if save is not None and save.finisher is not None:
             save.finisher.join(timeout=max(0.0, end - time.monotonic()))
+        if self.memory is not None:
+            self.memory.wait(timeout=max(0.0, end - time.monotonic()))
         if self.replicator is None:
             return FlushResult((), (), False)
         return self.replicator.flush(max(0.0, end - time.monotonic()), before_step)
@@ -779,9 +920,12 @@ class CheckpointManager:
                 log.warning("cannot trim PFS step %d: %s", step, error)
 
     def close(self) -> None:
-        """Finish the save in flight and stop the replication thread (pending copies wait)."""
+        """Finish the save and the snapshot in flight and stop the replication thread
+        (pending copies wait)."""
         try:
             self.wait()
         finally:
+            if self.memory is not None:
+                self.memory.wait()
             if self.replicator is not None:
                 self.replicator.close()

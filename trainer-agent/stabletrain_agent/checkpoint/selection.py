@@ -18,6 +18,13 @@ tiers (a node was replaced and its tier is empty) is the newest PFS-verified one
 and the reason says that too.
 
 A copy on local tiers only is never chosen: it does not survive the loss of its node.
+
+The memory tier (`memory_pods`, a restart from the latest only): a snapshot that is on no
+other tier is chosen only when every pod of the next attempt is kept, so its memory tier
+survives the restart, and each of them holds that step verified in it; every rank then
+restores from memory. A pod that is replaced has no memory any more: then the walk goes on
+to the checkpoints on the PFS, as without the tier. A kept pod that holds a chosen PFS step
+in its memory too reads it from there, and the reason says so.
 """
 
 from __future__ import annotations
@@ -37,22 +44,42 @@ class NoCheckpointError(Exception):
 class Selection:
     step: int
     attempt: int
-    source: Literal["local", "pfs"]
+    source: Literal["memory", "local", "pfs"]
     reason: str
     newer_pfs_only: int | None = None
     """The newest candidate passed over because it was on the PFS only (both_tiers)."""
 
 
+AFTER_LIMIT = "after the limit"
+NOT_ON_PFS = "not verified on the PFS"
+IN_MEMORY_ONLY = "in pod memory only"
+
+
 def _rejection(record: CheckpointRecord, limit: int, stable_only: bool) -> str | None:
     if record.step > limit:
-        return "after the limit"
+        return AFTER_LIMIT
     if record.spike_marker:
         return "a spike marker"
     if stable_only and not record.stable:
         return "not stable"
     if not (record.pfs.complete and record.pfs.verified):
-        return "not verified on the PFS"
+        return IN_MEMORY_ONLY if record.memory and not record.local else NOT_ON_PFS
     return None
+
+
+def _held_in(record: CheckpointRecord, pod: str | None) -> bool:
+    copy = record.memory_copy(pod) if pod is not None else None
+    return copy is not None and copy.complete and copy.verified
+
+
+def _in_every_pods_memory(record: CheckpointRecord, memory_pods: Sequence[str | None]) -> bool:
+    """Every pod of the next attempt is kept and holds the step verified in its memory."""
+    return bool(memory_pods) and all(_held_in(record, pod) for pod in memory_pods)
+
+
+def _from_memory_too(record: CheckpointRecord, memory_pods: Sequence[str | None]) -> str:
+    pods = [pod for pod in memory_pods if pod is not None and _held_in(record, pod)]
+    return f"; pods {', '.join(pods)} read it from their memory tier" if pods else ""
 
 
 def _missing_locally(record: CheckpointRecord, nodes: Sequence[str]) -> list[str]:
@@ -71,10 +98,17 @@ def select_checkpoint(
     nodes: Sequence[str],
     both_tiers: bool = False,
     stable_only: bool = True,
+    memory_pods: Sequence[str | None] = (),
 ) -> Selection:
     """The checkpoint to resume from for a spike that began at `onset_step`; with
     `stable_only=False` (a restart: the model was not at fault) a checkpoint saved while a
-    signal fired counts too."""
+    signal fired counts too.
+
+    `memory_pods` has one entry per pod of the next attempt: its name when the pod is kept
+    (its memory tier survives the restart), None when it is new. Empty (the default): no
+    memory tier survives, and memory snapshots are never chosen. Only a restart from the
+    latest passes it: a rollback chooses from the local tier and the PFS.
+    """
     if margin < 0:
         raise ValueError(f"margin must be >= 0, got {margin}")
     if not nodes:
@@ -85,12 +119,17 @@ def select_checkpoint(
     pfs_only: list[tuple[CheckpointRecord, list[str]]] = []
     for record in ordered:
         problem = _rejection(record, limit, stable_only)
+        skipped = f"; passed over {', '.join(passed_over)}" if passed_over else ""
+        # Newer than every candidate passed over for BothTiers: never a step further back.
+        in_memory = not pfs_only and _in_every_pods_memory(record, memory_pods)
+        if in_memory and problem in (None, NOT_ON_PFS, IN_MEMORY_ONLY):
+            return _from_memory(record, memory_pods, skipped)
         if problem is not None:
-            if problem != "after the limit":
+            if problem != AFTER_LIMIT:
                 passed_over.append(f"step {record.step} ({problem})")
             continue
         missing = _missing_locally(record, nodes)
-        skipped = f"; passed over {', '.join(passed_over)}" if passed_over else ""
+        also = _from_memory_too(record, memory_pods)
         if not missing:
             newer = pfs_only[0][0].step if pfs_only else None
             cost = (
@@ -105,16 +144,16 @@ def select_checkpoint(
                 record.attempt,
                 "local",
                 f"step {record.step} is verified on the PFS and on every node's local tier"
-                f"{cost}{skipped}",
+                f"{also}{cost}{skipped}",
                 newer,
             )
         if both_tiers:
             pfs_only.append((record, missing))
             continue
-        return _from_pfs(record, missing, skipped)
+        return _from_pfs(record, missing, f"{also}{skipped}")
     if pfs_only:
         record, missing = pfs_only[0]
-        fallback = _from_pfs(record, missing, "")
+        fallback = _from_pfs(record, missing, _from_memory_too(record, memory_pods))
         return Selection(
             fallback.step,
             fallback.attempt,
@@ -127,6 +166,19 @@ def select_checkpoint(
     raise NoCheckpointError(
         f"no {stable}checkpoint at or before step {limit} (onset {onset_step} - margin "
         f"{margin}) is verified on the PFS{considered}"
+    )
+
+
+def _from_memory(
+    record: CheckpointRecord, memory_pods: Sequence[str | None], skipped: str
+) -> Selection:
+    pods = ", ".join(pod for pod in memory_pods if pod is not None)
+    return Selection(
+        record.step,
+        record.attempt,
+        "memory",
+        f"step {record.step} is verified in the memory tier of every pod of the next attempt, "
+        f"all kept ({pods}): every rank restores from memory{skipped}",
     )
 
 

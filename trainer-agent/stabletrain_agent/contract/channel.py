@@ -27,7 +27,11 @@ from http import HTTPStatus
 from pydantic import AwareDatetime, Field, ValidationError
 
 from stabletrain_agent.contract.base import ContractError, ContractModel, describe_errors
-from stabletrain_agent.contract.checkpoint_inventory import NODE_NAME_MAX, CheckpointRecord
+from stabletrain_agent.contract.checkpoint_inventory import (
+    NODE_NAME_MAX,
+    POD_NAME_MAX,
+    CheckpointRecord,
+)
 from stabletrain_agent.contract.directives import Directives
 from stabletrain_agent.contract.names import AnomalyClass
 from stabletrain_agent.contract.preflight import PreflightFacts
@@ -190,6 +194,9 @@ class AgentStatus(ContractModel):
     attempt: int = Field(ge=0)
     node: str = Field(min_length=1, max_length=NODE_NAME_MAX)
     node_rank: int = Field(ge=0)
+    pod: str | None = Field(default=None, min_length=1, max_length=POD_NAME_MAX)
+    """The pod that answers: the inventory's memory copies are in its memory tier (null
+    from an agent without one; its scan then lists none)."""
     updated_at: AwareDatetime
     step: int | None = Field(default=None, ge=0)
     loss: float | None = None
@@ -202,7 +209,8 @@ class AgentStatus(ContractModel):
     firing: tuple[FindingReport, ...] = ()
     """Signals firing now, tripping or report-only; Alert and ReduceLR rules act on these."""
     inventory: tuple[CheckpointRecord, ...] = ()
-    """Checkpoints this pod knows: the PFS copy and this node's local copy."""
+    """Checkpoints this pod knows: the PFS copy, this node's local copy and this pod's
+    memory snapshot."""
     pfs_available: bool | None = None
     """Whether this pod's last write to the PFS tier succeeded; null until it reports."""
     pfs_message: str = Field(default="", max_length=PFS_MESSAGE_MAX)

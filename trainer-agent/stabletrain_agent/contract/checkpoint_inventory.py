@@ -2,8 +2,9 @@
 
 A rollback may only resume from a checkpoint that is complete and verified on the PFS and
 on every node's local tier it will be read from, and that was marked stable (written before
-any anomaly). This schema is what the agent reports and what the operator's checkpoint
-choice reads; the compact form squeezes it into the 4 KiB trip report.
+any anomaly). A restart from the latest may also resume from the memory tier of pods that
+are kept. This schema is what the agent reports and what the operator's checkpoint choice
+reads; the compact form squeezes it into the 4 KiB trip report.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from stabletrain_agent.contract.base import ContractModel
 
 NODE_NAME_MAX = 253
 """A Kubernetes node name is a DNS subdomain."""
+POD_NAME_MAX = 253
+"""So is a pod name."""
 
 
 class TierCopy(ContractModel):
@@ -36,6 +39,14 @@ class NodeCopy(TierCopy):
     """Kubernetes node whose local tier holds the copy."""
 
 
+class PodCopy(TierCopy):
+    """A checkpoint's snapshot in one pod's memory tier: gone with the pod, kept across a
+    restart of its training processes."""
+
+    pod: str = Field(min_length=1, max_length=POD_NAME_MAX)
+    """Pod whose memory tier holds the snapshot."""
+
+
 class CheckpointRecord(ContractModel):
     """Everything known about the checkpoint of one step."""
 
@@ -52,9 +63,14 @@ class CheckpointRecord(ContractModel):
     pfs: TierCopy = Field(default_factory=TierCopy)
     local: tuple[NodeCopy, ...] = ()
     """One entry per node that holds a local copy."""
+    memory: tuple[PodCopy, ...] = ()
+    """One entry per pod that holds a snapshot in its memory tier."""
 
     def local_copy(self, node: str) -> NodeCopy | None:
         return next((copy for copy in self.local if copy.node == node), None)
+
+    def memory_copy(self, pod: str) -> PodCopy | None:
+        return next((copy for copy in self.memory if copy.pod == pod), None)
 
 
 class CopyFlags(IntFlag):
@@ -66,14 +82,17 @@ class CopyFlags(IntFlag):
     PFS_VERIFIED = 8
     LOCAL_COMPLETE = 16
     LOCAL_VERIFIED = 32
+    MEMORY_COMPLETE = 64
+    MEMORY_VERIFIED = 128
 
 
 CompactCheckpoint = tuple[int, int, int]
 """`[step, attempt, CopyFlags]`: about 20 bytes of JSON, so a trip report holds ~150."""
 
 
-def compact_entry(record: CheckpointRecord, node: str) -> CompactCheckpoint:
-    """The compact form of `record` from the point of view of `node`'s local tier."""
+def compact_entry(record: CheckpointRecord, node: str, pod: str | None = None) -> CompactCheckpoint:
+    """The compact form of `record` from the point of view of `node`'s local tier and
+    `pod`'s memory tier."""
     flags = CopyFlags(0)
     if record.stable:
         flags |= CopyFlags.STABLE
@@ -88,22 +107,33 @@ def compact_entry(record: CheckpointRecord, node: str) -> CompactCheckpoint:
         flags |= CopyFlags.LOCAL_COMPLETE
     if local is not None and local.verified:
         flags |= CopyFlags.LOCAL_VERIFIED
+    memory = record.memory_copy(pod) if pod is not None else None
+    if memory is not None and memory.complete:
+        flags |= CopyFlags.MEMORY_COMPLETE
+    if memory is not None and memory.verified:
+        flags |= CopyFlags.MEMORY_VERIFIED
     return (record.step, record.attempt, int(flags))
 
 
 def compact_inventory(
-    records: Iterable[CheckpointRecord], node: str
+    records: Iterable[CheckpointRecord], node: str, pod: str | None = None
 ) -> tuple[CompactCheckpoint, ...]:
     """All records, oldest step first, in compact form."""
-    return tuple(compact_entry(r, node) for r in sorted(records, key=lambda r: r.step))
+    return tuple(compact_entry(r, node, pod) for r in sorted(records, key=lambda r: r.step))
 
 
-def expand_entry(entry: CompactCheckpoint, node: str, saved_at: datetime) -> CheckpointRecord:
-    """A full record from a compact entry; the compact form carries no time, so pass one."""
+def expand_entry(
+    entry: CompactCheckpoint, node: str, saved_at: datetime, pod: str | None = None
+) -> CheckpointRecord:
+    """A full record from a compact entry; the compact form carries no time, so pass one.
+    Memory flags mean nothing without the pod they were seen from (a report of an agent
+    that names no pod): then no memory copy is listed."""
     step, attempt, raw = entry
     flags = CopyFlags(raw)
     local_complete = CopyFlags.LOCAL_COMPLETE in flags
     local_verified = CopyFlags.LOCAL_VERIFIED in flags
+    memory_complete = CopyFlags.MEMORY_COMPLETE in flags
+    memory_verified = CopyFlags.MEMORY_VERIFIED in flags
     return CheckpointRecord(
         step=step,
         attempt=attempt,
@@ -116,6 +146,11 @@ def expand_entry(entry: CompactCheckpoint, node: str, saved_at: datetime) -> Che
         local=(
             (NodeCopy(node=node, complete=local_complete, verified=local_verified),)
             if local_complete or local_verified
+            else ()
+        ),
+        memory=(
+            (PodCopy(pod=pod, complete=memory_complete, verified=memory_verified),)
+            if pod is not None and (memory_complete or memory_verified)
             else ()
         ),
     )

@@ -19,6 +19,9 @@ ATTEMPT = "STABLETRAIN_ATTEMPT"
 """Attempt number (0, 1, ...): checkpoints carry it, directives for another attempt are refused."""
 NODE_NAME = "STABLETRAIN_NODE_NAME"
 """The Kubernetes node (downward API spec.nodeName): names the local tier in inventories."""
+POD_NAME = "STABLETRAIN_POD_NAME"
+"""The pod's own name (downward API metadata.name): names the memory tier's copies in
+inventories, because that tier lives and dies with the pod, not with the node."""
 NODE_RANK = "STABLETRAIN_NODE_RANK"
 """torchrun's node rank of this pod (0 .. nodes-1)."""
 NODES = "STABLETRAIN_NODES"
@@ -30,6 +33,9 @@ LOCAL_CHECKPOINT_DIR = "STABLETRAIN_LOCAL_CHECKPOINT_DIR"
 """Node-local tier (NVMe via hostPath or a local volume), mounted into the container."""
 PFS_CHECKPOINT_DIR = "STABLETRAIN_PFS_CHECKPOINT_DIR"
 """Shared tier (the PFS claim), the same content on every node."""
+MEMORY_CHECKPOINT_DIR = "STABLETRAIN_MEMORY_CHECKPOINT_DIR"
+"""The pod's memory tier (an emptyDir of medium Memory): survives a restart of the training
+processes inside the pod, lost with the pod; unset when spec.checkpoints.memory is off."""
 LINEAGE_DIR = "STABLETRAIN_LINEAGE_DIR"
 """Where on the PFS the agent writes spike-window lineage; trip reports point into it."""
 
@@ -43,6 +49,9 @@ SPIKE_MARKERS = "STABLETRAIN_SPIKE_MARKERS"
 """spec.checkpoints.spikeMarkers: checkpoints from inside an anomaly kept as evidence."""
 LOCAL_SIZE_LIMIT_BYTES = "STABLETRAIN_LOCAL_SIZE_LIMIT_BYTES"
 """spec.checkpoints.local.sizeLimit in bytes; unset means no budget beyond the retention."""
+MEMORY_INTERVAL_STEPS = "STABLETRAIN_MEMORY_INTERVAL_STEPS"
+"""spec.checkpoints.memory.intervalSteps: the manager snapshots into the memory tier at every
+multiple of it (between the local saves); 0 turns the tier off."""
 
 DIRECTIVES_PATH = "STABLETRAIN_DIRECTIVES_PATH"
 """File holding the attempt's initial Directives JSON (from a ConfigMap the operator writes
@@ -78,11 +87,13 @@ DIRECTIVES_FILE_KEY = "directives.json"
 DEFAULT_DIRECTIVES_PATH = DEFAULT_DIRECTIVES_DIR / DIRECTIVES_FILE_KEY
 DEFAULT_LOCAL_CHECKPOINT_DIR = PurePosixPath("/stabletrain/local")
 DEFAULT_PFS_CHECKPOINT_DIR = PurePosixPath("/stabletrain/pfs")
+DEFAULT_MEMORY_CHECKPOINT_DIR = PurePosixPath("/stabletrain/memory")
 DEFAULT_TERMINATION_MESSAGE_PATH = PurePosixPath("/dev/termination-log")
 """Kubernetes' default terminationMessagePath."""
 DEFAULT_CHECKPOINT_INTERVAL_STEPS = 500
 DEFAULT_RETENTION = 3
 DEFAULT_SPIKE_MARKERS = 2
+DEFAULT_MEMORY_INTERVAL_STEPS = 10
 """What the agent assumes when a checkpoint variable is unset: the spec's defaults."""
 DEFAULT_AGENT_PORT = 9400
 DEFAULT_SUPERVISOR_RUN_DIR = PurePosixPath("/stabletrain/run")

@@ -88,6 +88,10 @@ class PreflightFacts(ContractModel):
     """Shards of the ShardedBatches helper; null when the script uses no such helper (then a
     rollback cannot skip data)."""
     world_size: int = Field(default=1, ge=1)
+    memory_limit_bytes: int | None = Field(default=None, ge=0)
+    """The container's memory limit as its cgroup enforces it (a LimitRange default
+    included); null when none applies or it cannot be read. The memory tier counts
+    against it."""
 
     def to_json(self) -> str:
         return self.model_dump_json()

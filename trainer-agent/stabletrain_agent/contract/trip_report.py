@@ -17,7 +17,11 @@ from typing import Annotated, Literal
 from pydantic import AwareDatetime, Field, ValidationError, field_validator
 
 from stabletrain_agent.contract.base import ContractError, ContractModel, describe_errors
-from stabletrain_agent.contract.checkpoint_inventory import NODE_NAME_MAX, CompactCheckpoint
+from stabletrain_agent.contract.checkpoint_inventory import (
+    NODE_NAME_MAX,
+    POD_NAME_MAX,
+    CompactCheckpoint,
+)
 from stabletrain_agent.contract.names import AnomalyClass, is_signal_name
 
 TERMINATION_MESSAGE_LIMIT = 4096
@@ -42,6 +46,8 @@ class TripReport(ContractModel):
     """Attempt that tripped: a report of an older attempt is stale."""
     node: str = Field(min_length=1, max_length=NODE_NAME_MAX)
     """Node of the pod that wrote the report (its inventory is that view)."""
+    pod: str | None = Field(default=None, min_length=1, max_length=POD_NAME_MAX)
+    """The pod that wrote it: the inventory's memory flags are its memory tier's."""
     step: int = Field(ge=0)
     """Step at which every rank stopped."""
     tripped_at: AwareDatetime

@@ -11,6 +11,7 @@ scale. Nothing else about the optimizer changes; ``uninstall`` puts the original
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import io
 import os
@@ -64,11 +65,16 @@ def start_checkpoints(
     app_state: Mapping[str, Stateful], rank_state: Mapping[str, Stateful]
 ) -> tuple[CheckpointManager | None, RestoreResult | None]:
     """The pod's checkpoint manager and the restore its directives name, before the fit;
-    (None, None) in the preflight pod, which only gathers facts (Guard.from_env exits)."""
+    (None, None) in the preflight pod, which only gathers facts (Guard.from_env exits).
+
+    Without the memory tier: the framework's state exists only as the checkpoint it builds
+    at its own save steps (FrameworkCheckpoints), so snapshots between them cannot be
+    taken, and staging buffers for them would only cost memory."""
     if preflight_requested():
         return None, None
     init_process_group_from_env()
-    manager = CheckpointManager(CheckpointConfig.from_env(), app_state, rank_state)
+    config = dataclasses.replace(CheckpointConfig.from_env(), memory_root=None)
+    manager = CheckpointManager(config, app_state, rank_state)
     return manager, restore_directed(manager)
 
 
@@ -86,6 +92,8 @@ class FrameworkCheckpoints:
     from inside the optimizer step. A framework's checkpoint can only be taken between its
     steps (its loop counters are mid-step there), so that request is declined: the guard
     reports no checkpoint and the operator resumes from the newest one the framework saved.
+    For the same reason the guard's memory-tier snapshots are not taken under a framework:
+    its state exists only as the checkpoint the framework builds at its save steps.
     """
 
     def __init__(self, manager: CheckpointManager) -> None:
@@ -102,6 +110,9 @@ class FrameworkCheckpoints:
             f"step {step}: the framework's checkpoints are taken between its steps, not on "
             "request from inside one; the newest saved checkpoint stays the resume point"
         )
+
+    def snapshot(self, step: int, *, stable: bool) -> bool:
+        return False
 
     def wait(self) -> None:
         self.manager.wait()
