@@ -70,6 +70,7 @@ from stabletrain_operator.observe.scrape import ScrapeResult
 from stabletrain_operator.observe.stall import RankProgress
 from stabletrain_operator.plan.checkpoint import (
     choose_checkpoint,
+    surviving_memory,
     no_checkpoint_decision,
     step_bound,
 )
@@ -1026,6 +1027,7 @@ def _planning(status: StableTrainingJobStatus, world: World) -> Transition:
         when_none=no_checkpoint_decision(plan, world.spec),
         excluded=plan.excluded_steps,
         stable_only=kind.relaunch is not Relaunch.FROM_LATEST,
+        memory_pods=_memory_pods(status, world, plan),
     )
     if not choice.usable:
         return _failed(status, world, Reason.NO_CHECKPOINT, choice.reason)
@@ -1050,6 +1052,17 @@ def _planning(status: StableTrainingJobStatus, world: World) -> Transition:
         relaunching, world, reason=_recovering_reason(status)[0], message=message
     )
     return Transition(relaunching, world.ledger, events=(Event("Normal", "Planned", message),))
+
+
+def _memory_pods(
+    status: StableTrainingJobStatus, world: World, plan: Plan
+) -> tuple[str | None, ...]:
+    """By rank, the pod kept in place whose memory tier the next attempt can restore from
+    (None: a new pod); nothing unless this is an in-place RestartFromLatest."""
+    if not plan.in_place:
+        return ()
+    kept = {p.rank: p.name for p in _split(status, world, plan).kept}
+    return surviving_memory(plan, [kept.get(r) for r in range(world.spec.workers.nodes)])
 
 
 # --- Relaunching ----------------------------------------------------------------------------

@@ -119,11 +119,11 @@ def test_a_killed_rank_restarts_in_place_from_the_latest_checkpoint(
         assert pod.attempt == 1
         assert attempts_started(local_cluster, job_namespace, name) == [0, 1]
     assert (entry["restartedInPlace"], entry["replacedPods"]) == (2, 0)
-    # The newest checkpoint, saved 20 steps before the kill. Rank 1 dies once its copy is on
-    # the PFS (it once chose 25: the copy was still in flight); rank 0, its collective broken
-    # by the kill, finishes its own copies and answers until a scrape listed them, and the
-    # operator scrapes it until nothing is in flight when the pod watch reports the kill.
-    assert entry["toStep"] == 50, entry
+    # The newest state: the memory tier's snapshot of step 60 (every 10 steps; 50 is a
+    # checkpoint), which both kept pods hold and their supervisors scanned after the kill,
+    # 9 steps before it, against the checkpoint 19 steps before.
+    assert entry["toStep"] == 60, entry
+    assert "memory tier" in entry["checkpointChoice"], entry
     restart = entry["toStep"]
     assert entry["lrScale"] == 1.0
     assert entry["skipped"] == []
@@ -132,8 +132,13 @@ def test_a_killed_rank_restarts_in_place_from_the_latest_checkpoint(
     logs = StepLogs(local_cluster.shared_dir, job_namespace)
     first, resumed = logs.steps(0), logs.steps(1)
     assert first[-1]["step"] == 69, "rank 1 died before step 70 finished anywhere"
-    start = logs.events(1)[0]
-    assert (start["event"], start["restored_step"], start["lr_scale"]) == ("start", restart, 1.0)
+    for rank in (0, 1):
+        start = logs.events(1, rank)[0]
+        assert (start["event"], start["restored_step"], start["lr_scale"]) == (
+            "start", restart, 1.0
+        )  # fmt: skip
+        assert start["restored_from"] == "memory", start
+    print(f"steps lost to the kill: {first[-1]['step'] - restart} (memory interval 10)")
     assert resumed[0]["step"] == restart + 1
     # The same steps read the same batches and used the same LR: nothing changed but time.
     before = {r["step"]: r for r in first}

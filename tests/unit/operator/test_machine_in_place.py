@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 
 from operator_builders import NODES, T0, agent, pod, record, spec, trip
 
+from stabletrain_agent.contract.checkpoint_inventory import PodCopy, TierCopy
 from stabletrain_agent.contract.names import Action
 from stabletrain_agent.contract.supervisor import ProcessState, SupervisorReport
 from stabletrain_agent.contract.trip_report import render_termination_message
@@ -335,3 +336,35 @@ def test_the_same_kill_on_the_same_node_after_an_in_place_restart_leaves_the_nod
     assert second.delete_pods == ("job-a0-1",)
     assert second.stop_pods == ("job-a0-0",)
     assert plan.replaced_ranks == (1,)
+
+
+def test_a_restart_in_place_restores_the_snapshot_every_kept_pod_holds_in_memory() -> None:
+    in_memory = record(55).model_copy(
+        update={
+            "pfs": TierCopy(),
+            "local": (),
+            "memory": tuple(
+                PodCopy(pod=name, complete=True, verified=True) for name in ("job-a0-0", "job-a0-1")
+            ),
+        }
+    )
+    pods, reports = killed_rank_one()
+    status = running(checkpoints=(*CHECKPOINTS, in_memory))
+    step: Transition = advance(status, world(status, pods, reports))
+    while step.status.phase is not Phase.RELAUNCHING:
+        step = advance(step.status, world(step.status, pods, reports, now=T0 + timedelta(1)))
+    plan = step.status.plan
+    assert plan is not None
+    assert plan.target_step == 55, plan.checkpoint_choice
+    assert "memory tier" in plan.checkpoint_choice
+    # Rank 1's pod replaced (its node left): its memory is gone, the local tier's 50 it is.
+    lost = SuspectNode(
+        node="node-b", incidents=1, last_reason="killed", last_incident_at=T0,
+        expires_at=T0 + timedelta(hours=1),
+    )  # fmt: skip
+    status = running(checkpoints=(*CHECKPOINTS, in_memory), suspect_nodes=(lost,))
+    step = advance(status, world(status, pods, reports))
+    while step.status.phase is not Phase.RELAUNCHING:
+        step = advance(step.status, world(step.status, pods[:1], reports, now=T0 + timedelta(1)))
+    assert step.status.plan is not None
+    assert step.status.plan.target_step == 50

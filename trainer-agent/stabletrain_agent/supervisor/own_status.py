@@ -16,14 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from stabletrain_agent.checkpoint.inventory_scan import (
-    VerifyCache,
-    build_records,
-    combined_fence,
-    scan_local,
-    scan_pfs,
-)
-from stabletrain_agent.checkpoint.layout import local_part_root
+from stabletrain_agent.checkpoint.inventory_scan import TierDirs, VerifyCache, scan_tiers
 from stabletrain_agent.contract import env
 from stabletrain_agent.contract.channel import AgentStatus
 from stabletrain_agent.contract.checkpoint_inventory import CheckpointRecord
@@ -33,46 +26,50 @@ _log = logging.getLogger(__name__)
 
 
 class TierScan:
-    """This pod's checkpoints on its local tier and the PFS, as the agent would list them."""
+    """This pod's checkpoints on its memory tier, its local tier and the PFS, as the agent
+    would list them (stabletrain_agent.checkpoint.inventory_scan)."""
 
     def __init__(self, environ: Mapping[str, str]) -> None:
-        local = environ.get(env.LOCAL_CHECKPOINT_DIR)
-        pfs = environ.get(env.PFS_CHECKPOINT_DIR)
-        self._local_root = Path(local) if local else None
-        self._pfs_root = Path(pfs) if pfs else None
-        self._node = environ.get(env.NODE_NAME) or os.uname().nodename
-        self._part = environ.get(env.NODE_RANK) or environ.get(env.GROUP_RANK) or "0"
+        try:
+            self._tiers: TierDirs | None = TierDirs.from_env(environ)
+        except ValueError as error:
+            _log.warning("supervisor: no checkpoint scan: %s", error)
+            self._tiers = None
         self._cache = VerifyCache()
 
-    def records(self) -> list[CheckpointRecord]:
-        if self._local_root is None or self._pfs_root is None:
-            return []
-        local_dir = local_part_root(self._local_root, self._part)
+    @property
+    def pod(self) -> str | None:
+        return self._tiers.pod if self._tiers is not None else None
+
+    def records(self) -> tuple[list[CheckpointRecord], bool | None, str]:
+        """The records, whether the PFS could be read (None: no tiers), and why not."""
+        if self._tiers is None:
+            return [], None, ""
         try:
-            fence = combined_fence([local_dir, self._pfs_root])
-            local = scan_local(local_dir, self._part, self._cache) if local_dir.is_dir() else {}
-            try:
-                pfs = scan_pfs(self._pfs_root, self._cache) if self._pfs_root.is_dir() else {}
-            except OSError:
-                pfs = {}
-            return build_records(self._node, local, pfs, fence)
+            records = scan_tiers(self._tiers, self._cache)
         except OSError as error:
-            _log.warning("supervisor: checkpoint scan failed: %s", error)
-            return []
+            return [], False, f"checkpoint scan failed: {error}"[:1024]
+        readable = self._tiers.pfs_root.is_dir()
+        return records, readable, "" if readable else f"{self._tiers.pfs_root} not readable"
 
 
 def own_status(
     environ: Mapping[str, str], attempt: int, directives: Directives | None, scan: TierScan
 ) -> dict[str, Any]:
-    """An AgentStatus document built without the training process."""
+    """An AgentStatus document built without the training process: its scan counts as
+    fresh (pfsAvailable set), so the operator's inventory takes it as what exists now."""
+    records, pfs_available, pfs_message = scan.records()
     status = AgentStatus(
         attempt=attempt,
         node=environ.get(env.NODE_NAME) or os.uname().nodename,
         node_rank=int(environ.get(env.NODE_RANK) or "0"),
+        pod=scan.pod,
         updated_at=datetime.now(UTC),
         lr_scale=directives.lr_scale if directives is not None else 1.0,
         applied_generation=directives.generation if directives is not None else 0,
-        inventory=tuple(scan.records()),
+        inventory=tuple(records),
+        pfs_available=pfs_available,
+        pfs_message=pfs_message,
     )
     document: dict[str, Any] = status.model_dump(mode="json", by_alias=True)
     return document
