@@ -70,9 +70,9 @@ from stabletrain_operator.observe.scrape import ScrapeResult
 from stabletrain_operator.observe.stall import RankProgress
 from stabletrain_operator.plan.checkpoint import (
     choose_checkpoint,
-    surviving_memory,
     no_checkpoint_decision,
     step_bound,
+    surviving_memory,
 )
 from stabletrain_operator.plan.confirm import Outcome, confirm_step, confirmation
 from stabletrain_operator.plan.in_place import (

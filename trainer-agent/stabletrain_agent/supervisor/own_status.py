@@ -13,7 +13,6 @@ import logging
 import os
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from stabletrain_agent.checkpoint.inventory_scan import TierDirs, VerifyCache, scan_tiers
