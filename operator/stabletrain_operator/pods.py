@@ -24,6 +24,7 @@ from stabletrain_operator import naming
 from stabletrain_operator.api.constants import API_VERSION, KIND
 from stabletrain_operator.api.quantity import quantity_bytes
 from stabletrain_operator.api.spec import StableTrainingJobSpec
+from stabletrain_operator.queue.admission import Placement
 
 Json = dict[str, Any]
 
@@ -296,8 +297,10 @@ def build_pod(
     *,
     avoid_nodes: Sequence[str] = (),
     avoid_required: bool = False,
+    placement: Placement | None = None,
 ) -> Json:
-    """Pod `rank` of `attempt`: the user's template plus torchrun, agent, tiers, directives."""
+    """Pod `rank` of `attempt`: the user's template plus torchrun, agent, tiers, directives,
+    and for a queued job the admitted flavors' node labels and tolerations."""
     template = copy.deepcopy(spec.workers.template)
     template_meta: Json = template.get("metadata") or {}
     pod_spec: Json = template["spec"]
@@ -337,6 +340,8 @@ def build_pod(
         preferred.append(_node_preference(previous_node))
     if avoid_nodes:
         _keep_away(pod_spec, avoid_nodes, required=avoid_required)
+    if placement is not None:
+        placement.apply(pod_spec)
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
 
 

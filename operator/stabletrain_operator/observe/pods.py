@@ -67,6 +67,9 @@ class PodFacts:
     `_marked_by_node_controller`). No kubelet will confirm its deletion."""
     completion: Completion | None = None
     """The final step and loss its agent left when training ended without an error."""
+    unschedulable: str | None = None
+    """The scheduler's message while its PodScheduled condition is False (Unschedulable)."""
+    created_at: datetime | None = None
 
     @property
     def finished(self) -> bool:
@@ -92,6 +95,13 @@ def _marked_by_node_controller(spec: Json, status: Json) -> bool:
         return False
     conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
     return conditions.get("Ready") == "False" and conditions.get("ContainersReady") == "True"
+
+
+def _unschedulable(status: Json) -> str | None:
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+            return str(condition.get("message") or condition.get("reason") or "Unschedulable")
+    return None
 
 
 def _int_label(labels: Json, key: str) -> int | None:
@@ -176,6 +186,8 @@ def pod_facts(pod: Json) -> PodFacts | None:
         agent_port=_declared_agent_port(spec),
         node_silent=_marked_by_node_controller(spec, status),
         completion=parse_completion(str(message)) if terminated else None,
+        unschedulable=None if spec.get("nodeName") else _unschedulable(status),
+        created_at=_time(metadata.get("creationTimestamp")),
     )
 
 
