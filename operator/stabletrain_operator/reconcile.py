@@ -546,7 +546,7 @@ async def tick(
     preflight_pod = None
     if needs_preflight_pod(spec, status):
         preflight_pod = await asyncio.to_thread(ensure_preflight_pod, kube, ref, spec, generation)
-    queued = _queued(job, kueue)
+    queued = _queued(job, live, kueue)
     workload = own_workload(queued, workloads) if queued is not None else None
     admission = None
     if queued is not None and kueue is not None:
@@ -621,11 +621,13 @@ QUEUED_TICK_SECONDS = 60.0
 least this often: not on the 0.5 s clock of the phases that wait on time."""
 
 
-def _queued(job: Mapping[str, Any], kueue: KueueApi | None) -> QueuedJob | None:
+def _queued(
+    job: Mapping[str, Any], live: Mapping[str, Any], kueue: KueueApi | None
+) -> QueuedJob | None:
     """The job as Kueue sees it, when the operator runs with --kueue and the job carries the
-    queue-name label."""
+    queue-name label (read from kopf's live body: the held identity keeps no labels)."""
     metadata = job["metadata"]
-    labels = dict(metadata.get("labels") or {})
+    labels = dict((live.get("metadata") or {}).get("labels") or {})
     queue = queue_name(labels)
     if kueue is None or queue is None:
         return None

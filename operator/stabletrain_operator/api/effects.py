@@ -54,7 +54,8 @@ UNIT_PODS_PLACEMENT = UNIT + "operator/test_pods_placement.py::"
 UNIT_STALL_RULE = UNIT + "operator/test_stall_rule.py::"
 UNSCHEDULABLE = UNIT + "operator/test_unschedulable.py::"
 E2E_UNSCHEDULABLE = (
-    E2E + "test_kueue.py::test_without_kueue_unschedulable_pods_say_so_with_the_schedulers_words"
+    E2E + "test_unschedulable.py::"
+    "test_without_kueue_unschedulable_pods_say_so_with_the_schedulers_words"
 )
 GROUP = "the fields below"
 _POD_CONTRACT = PODS + "test_pod_carries_torchrun_settings_and_the_agent_contract"
