@@ -208,11 +208,11 @@ def advance(status: StableTrainingJobStatus, world: World) -> Transition:
     status = _expire_suspects(status, world)
     handler = _HANDLERS[status.phase]
     transition = handler(status, world)
-    if world.admission is not None:
+    if world.admission is not None:  # what Kueue did comes first: it caused the rest
         queued, notices = queue_state.observed(transition.status, world, world.admission)
         queue_events = tuple(Event(n.type, n.reason, n.message) for n in notices)
         transition = dataclasses.replace(
-            transition, status=queued, events=(*transition.events, *queue_events)
+            transition, status=queued, events=(*queue_events, *transition.events)
         )
     reported = from_running_pods(
         transition.status,

@@ -27,8 +27,10 @@ ARCH = {"kubernetes.io/arch": "amd64"}
 
 
 def queued(name: str, queue: str, env: dict[str, str | None], priority: str = "") -> Json:
-    """The example's job asking for one CPU per pod in `queue`."""
+    """The example's job asking for one CPU per pod in `queue`, its PFS tier in a directory
+    of its own (two jobs share the claim)."""
     manifest = job_manifest(name, {"TINYGPT_STEP_SECONDS": "0.05", **env})
+    manifest["spec"]["checkpoints"]["pfs"]["subPath"] = name
     container = manifest["spec"]["workers"]["template"]["spec"]["containers"][0]
     container["resources"] = {"requests": {"cpu": "1"}}
     labels = {"kueue.x-k8s.io/queue-name": queue}
@@ -42,6 +44,17 @@ def workload_of(objects: KueueObjects, namespace: str, job: str) -> Json:
     (found,) = [w for w in objects.workloads(namespace)
                 if w["metadata"]["ownerReferences"][0]["name"] == job]  # fmt: skip
     return found
+
+
+def finished_workload(objects: KueueObjects, namespace: str, job: str) -> Json:
+    """The job's Workload once Finished: the operator declares it right after the status
+    write that ends the job."""
+    deadline = time.monotonic() + 30
+    while True:
+        workload = workload_of(objects, namespace, job)
+        if is_true(workload, "Finished") or time.monotonic() > deadline:
+            return workload
+        time.sleep(0.5)
 
 
 def row(table: str, job: str) -> dict[str, str]:
@@ -91,7 +104,7 @@ def test_a_second_job_waits_for_the_quota_through_the_firsts_rollback(
         ], "the first job's rollback ran while the second waited"  # fmt: skip
         (rollback,) = [e for e in first["rollbackHistory"] if e["action"] == "Rollback"]
         assert rollback["toStep"] == 25
-        first_workload = workload_of(kueue_objects, job_namespace, "first")
+        first_workload = finished_workload(kueue_objects, job_namespace, "first")
         assert condition(first_workload, "Requeued") is None, "admitted once, never given back"
         finished = condition(first_workload, "Finished")
         assert finished is not None
@@ -105,7 +118,7 @@ def test_a_second_job_waits_for_the_quota_through_the_firsts_rollback(
         second = jobs.wait("second", lambda s: s.get("phase") in ("Succeeded", "Failed"), 300,
                            "the second job to run after the first")  # fmt: skip
         assert second["phase"] == "Succeeded", second.get("conditions")
-        second_workload = workload_of(kueue_objects, job_namespace, "second")
+        second_workload = finished_workload(kueue_objects, job_namespace, "second")
         reserved = condition(second_workload, "QuotaReserved")
         assert reserved is not None
         assert reserved["lastTransitionTime"] >= finished["lastTransitionTime"], (
@@ -125,12 +138,12 @@ def test_a_higher_priority_job_preempts_and_the_lower_resumes_from_its_save(
     kueue_objects: KueueObjects, jobs: Jobs, job_namespace: str, local_cluster: LocalCluster,
     control_plane: ControlPlane,
 ) -> None:  # fmt: skip
-    logs = StepLogs(local_cluster.shared_dir, job_namespace)
+    logs = StepLogs(local_cluster.shared_dir, job_namespace, claim="pfs/low")
     with queues(kueue_objects, job_namespace, cpu="2",
                 priorities={"low": 100, "high": 1000}) as made:  # fmt: skip
         low_class, high_class = made.priority_classes
         healthy = {"TINYGPT_POISON_SHARDS": None}
-        jobs.create(queued("low", made.local_queue, {**healthy, "TINYGPT_STEPS": "240"},
+        jobs.create(queued("low", made.local_queue, {**healthy, "TINYGPT_STEPS": "120"},
                            low_class))  # fmt: skip
         jobs.wait("low", lambda s: (s.get("step") or 0) > 40, 300, "the low job to train")
         jobs.create(queued("high", made.local_queue, {**healthy, "TINYGPT_STEPS": "30"},
@@ -172,6 +185,6 @@ def test_a_higher_priority_job_preempts_and_the_lower_resumes_from_its_save(
     reached = max(r["step"] for r in before)
     assert logs.steps(1)[0]["step"] == restored + 1
     assert reached - restored <= EVERY, "no step before the save is trained twice beyond it"
-    assert logs.steps(1)[-1]["step"] == 240
+    assert logs.steps(1)[-1]["step"] == 120
     print(f"low job: trained to step {reached}, saved {saved}, resumed from {restored} "
           f"({reached - restored} steps trained twice)")  # fmt: skip

@@ -379,7 +379,7 @@ class QueueStatus(ApiModel):
 
     state: QueueState
     workload: str = Field(default="", max_length=253)
-    """Name of the Workload (empty until it is created)."""
+    """Name of the job's Workload (`stabletrainingjob-<job>-<hash>`, as Kueue names them)."""
     local_queue: str = Field(max_length=253)
     """The LocalQueue named by the label."""
     cluster_queue: str | None = Field(default=None, max_length=253)

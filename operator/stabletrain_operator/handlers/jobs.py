@@ -81,11 +81,11 @@ async def _reconcile(
     body: kopf.Body,
     *,
     worker_pods: kopf.Index[PodKey, PodFacts],
-    job_workloads: kopf.Index[PodKey, WorkloadFacts] | None,
     kube: Kube,
     memo: Any,
     woken: asyncio.Event,
     stopped: kopf.DaemonStopped,
+    job_workloads: kopf.Index[PodKey, WorkloadFacts] | None = None,
 ) -> None:
     namespace, name = key.namespace, key.name
     memory = JobMemory()
