@@ -106,6 +106,11 @@ def release_patch(facts: WorkloadFacts, now: datetime) -> Json | None:
     )  # fmt: skip
     conditions = with_condition(conditions, "QuotaReserved", False, "Pending", eviction.message,
                                 now=now)  # fmt: skip
+    # Not admitted: WaitForStart, as jobframework says. A WaitForRecovery left from before
+    # the eviction would be timed from its old transition by Kueue's recoveryTimeout as soon
+    # as the Workload is admitted again, and evict it at once.
+    conditions = with_condition(conditions, "PodsReady", False, "WaitForStart", NOT_READY,
+                                now=now)  # fmt: skip
     if facts.admitted:
         conditions = with_condition(conditions, "Admitted", False, "NoReservation",
                                     "The workload has no reservation", now=now)  # fmt: skip
@@ -153,6 +158,6 @@ def workload_writes(
             return WorkloadWrites()
         return WorkloadWrites(status_patch=release_patch(facts, now))
     if not facts.admitted:
-        return WorkloadWrites()
+        return WorkloadWrites(status_patch=pods_ready_patch(facts, False, now))
     ready = pods_ready and phase in (Phase.RUNNING, Phase.CONFIRMING)
     return WorkloadWrites(status_patch=pods_ready_patch(facts, ready, now))

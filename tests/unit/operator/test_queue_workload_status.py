@@ -102,6 +102,10 @@ def test_after_an_eviction_the_quota_goes_back_only_once_no_pod_is_left() -> Non
     assert (conditions["Requeued"]["status"], conditions["Requeued"]["reason"]) == (
         "True", "Preempted",
     )  # fmt: skip
+    # No WaitForRecovery left for Kueue's recoveryTimeout to time from before the eviction.
+    assert (conditions["PodsReady"]["status"], conditions["PodsReady"]["reason"]) == (
+        "False", "WaitForStart",
+    )  # fmt: skip
     timeout = facts(eviction=Eviction("PodsReadyTimeout", "pods not ready in time"))
     released = workload_writes(Phase.RELAUNCHING, timeout, pods_left=False, pods_ready=False,
                                end_message="", now=T0).status_patch  # fmt: skip
@@ -124,6 +128,18 @@ def test_an_ended_job_finishes_its_workload_then_drops_the_finalizer() -> None:
                             pods_ready=False, end_message="", now=T0)  # fmt: skip
     assert after.drop_finalizer
     assert after.status_patch is None
+
+
+def test_a_workload_not_admitted_says_its_pods_wait_for_start_once() -> None:
+    waiting = facts(quota_reserved=False, admitted=False, conditions=())
+    writes = workload_writes(Phase.PENDING, waiting, pods_left=False, pods_ready=False,
+                             end_message="", now=T0)  # fmt: skip
+    assert writes.status_patch is not None
+    ready = by_type(writes.status_patch)["PodsReady"]
+    assert (ready["status"], ready["reason"]) == ("False", "WaitForStart")
+    said = facts(quota_reserved=False, admitted=False, pods_ready=("False", "WaitForStart"))
+    assert workload_writes(Phase.PENDING, said, pods_left=False, pods_ready=False,
+                           end_message="", now=T0).status_patch is None  # fmt: skip
 
 
 def test_a_new_job_creates_its_workload_and_an_ended_one_does_not() -> None:
