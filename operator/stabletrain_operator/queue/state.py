@@ -53,12 +53,13 @@ def observed(
         local_queue=admission.local_queue,
         cluster_queue=cluster_queue,
     )
-    admitted = state in (QueueState.ADMITTED, QueueState.FINISHED)
+    admitted = state is QueueState.ADMITTED
     if state is QueueState.ADMITTED:
         reason: str = Reason.ADMITTED
         message = f"admitted by ClusterQueue {admission.cluster_queue}"
     elif state is QueueState.FINISHED:
-        reason, message = Reason.WORKLOAD_FINISHED, "the Workload is finished"
+        reason = Reason.WORKLOAD_FINISHED
+        message = "the job ended and its Workload is finished: the quota is released"
     elif admission.eviction is not None:
         kueue_reason = admission.eviction.reason
         reason = kueue_reason if _REASON.match(kueue_reason) else Reason.EVICTED
