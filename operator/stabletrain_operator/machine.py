@@ -431,6 +431,13 @@ def _unschedulable(transition: Transition, world: World, current: Sequence[PodFa
     )[:1024]
     stopping = status.model_copy(update={"phase": Phase.STOPPING, "plan": None})
     stopping = set_suspended(stopping, world, reason=Reason.UNSCHEDULABLE, message=message)
+    if status.phase is Phase.CONFIRMING:  # the retry resumes from the newest checkpoint
+        stopping = clear_recovering(
+            stopping,
+            world,
+            reason=Reason.UNSCHEDULABLE,
+            message=f"attempt {status.attempt}'s pods were unschedulable before it was confirmed",
+        )
     return Transition(
         stopping,
         transition.ledger,
