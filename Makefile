@@ -25,7 +25,7 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP) ## virtualenv with an editable install, all extras and the dev tools
 
-k8s-bins: ## build (once, cached outside the repo) etcd, kube-apiserver, kube-controller-manager, kubectl, helm, kubelet, kube-scheduler, kube-proxy; the monitoring CRDs, promql-check
+k8s-bins: ## build (once, cached outside the repo) etcd, kube-apiserver, kube-controller-manager, kubectl, helm, kubelet, kube-scheduler, kube-proxy, Kueue's manager and CRDs; the monitoring CRDs, promql-check
 	@K8S_VERSION=$(K8S_VERSION) bash hack/k8s-bins.sh >/dev/null
 	@bash hack/monitoring-crds.sh >/dev/null
 	@bash hack/promql-check.sh >/dev/null

@@ -2,8 +2,9 @@
 # Builds the upstream Kubernetes binaries the tests and the demo run (etcd,
 # kube-apiserver, kube-controller-manager, kubectl, helm, and the node's
 # kubelet, kube-scheduler, kube-proxy) from the Go module proxy, because release
-# downloads and container registries are unreachable here. Output: one
-# directory holding all eight, printed as the last line.
+# downloads and container registries are unreachable here, and Kueue's manager
+# with its CRDs (kueue-<version>/kueue and kueue-<version>/crds/ in the same
+# directory). Output: one directory holding all of them, printed as the last line.
 #
 # Resolution order per binary, so only the first build on a machine pays:
 #   1. $KUBEBUILDER_ASSETS/<name> (envtest assets; they carry no
@@ -17,6 +18,7 @@ set -euo pipefail
 K8S_VERSION=${K8S_VERSION:-v1.34.4}
 ETCD_VERSION=${ETCD_VERSION:-v3.5.35}
 HELM_VERSION=${HELM_VERSION:-v3.22.0}
+KUEUE_VERSION=${KUEUE_VERSION:-v0.17.0}
 
 cache=${STABLETRAIN_CACHE:-$HOME/.cache/stabletrain}
 bindir=$cache/k8s/$K8S_VERSION
@@ -184,6 +186,23 @@ GO
     mv "$bindir/helm.tmp" "$bindir/helm"
 }
 
+build_kueue() { # cmd/kueue and the CRDs its module ships (config/components/crd/bases)
+    local dest=$bindir/kueue-$KUEUE_VERSION dir
+    # Kueue's go.mod has no replace directives, so `go install module@version` builds it
+    # as released, with the dependency versions Kueue itself pins; no wrapper module.
+    mkdir -p "$dest/crds"
+    GOBIN=$dest/.gobin timed "kueue-$KUEUE_VERSION" go install -trimpath \
+        -ldflags "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION" \
+        "sigs.k8s.io/kueue/cmd/kueue@$KUEUE_VERSION"
+    dir=$(go mod download -json "sigs.k8s.io/kueue@$KUEUE_VERSION" |
+        python3 -c 'import json, sys; print(json.load(sys.stdin)["Dir"])')
+    cp "$dir"/config/components/crd/bases/*.yaml "$dir/config/components/webhook/manifests.yaml" \
+        "$dest/crds/"
+    chmod u+w "$dest"/crds/*.yaml
+    mv "$dest/crds/manifests.yaml" "$dest/webhooks.yaml"
+    mv "$dest/.gobin/kueue" "$dest/kueue" && rmdir "$dest/.gobin"
+}
+
 for name in etcd kube-apiserver kube-controller-manager kubectl helm kubelet kube-scheduler kube-proxy; do
     if adopt "$name"; then continue; fi
     log "building $name (first time on this machine; cached in $bindir)"
@@ -193,4 +212,8 @@ for name in etcd kube-apiserver kube-controller-manager kubectl helm kubelet kub
         *) build_kube "$name" ;;
     esac
 done
+if [[ ! -x $bindir/kueue-$KUEUE_VERSION/kueue ]]; then
+    log "building kueue $KUEUE_VERSION (first time on this machine; cached in $bindir)"
+    build_kueue
+fi
 echo "$bindir"

@@ -10,6 +10,7 @@ pytest_plugins = [
     "support.fixtures",
     "support.localnode.fixtures",
     "support.operator_fixtures",
+    "support.kueue_fixtures",
 ]
 
 _MARK_BY_DIRECTORY = {"integration": pytest.mark.integration, "e2e": pytest.mark.e2e}

@@ -83,6 +83,13 @@ def _arguments() -> argparse.Namespace:
         "is every max(1 s, pods / rate); the rate is lowered while the operator's event loop "
         "lags; jobs confirming a rollback, with a signal firing or a pod failed stay at 1 s)",
     )
+    parser.add_argument(
+        "--kueue",
+        action="store_true",
+        help="run jobs carrying the kueue.x-k8s.io/queue-name label only while Kueue admits "
+        "their Workload (Kueue configured with integrations.externalFrameworks: "
+        "StableTrainingJob.v1alpha1.stabletrain.dev); off: such jobs start at once",
+    )
     parser.add_argument("--verbose", action="store_true")
     return parser.parse_args()
 
@@ -95,6 +102,8 @@ def run() -> None:
     )
     logging.getLogger("kopf").setLevel(logging.DEBUG if args.verbose else logging.WARNING)
     importlib.import_module("stabletrain_operator.register_handlers")  # registers the handlers
+    if args.kueue:  # its watches need Kueue's CRDs, so they exist only when asked for
+        importlib.import_module("stabletrain_operator.handlers.workloads")
     pods.set_agent_port(args.agent_port)
     metrics.serve(args.metrics_port)
     settings = kopf.OperatorSettings()

@@ -108,14 +108,22 @@ def clear_recovering(
 def set_suspended(
     status: StableTrainingJobStatus, stamp: Stamp, *, reason: Reason | str, message: str
 ) -> StableTrainingJobStatus:
-    """spec.suspend holds: the pods save, stop, or were never created."""
+    """spec.suspend holds, Kueue evicted the job, or its pods were released while
+    unschedulable: the pods save, stop, or were never created."""
     return _with(status, stamp, ConditionType.SUSPENDED, ok=True, reason=reason, message=message)
 
 
-def clear_suspended(status: StableTrainingJobStatus, stamp: Stamp) -> StableTrainingJobStatus:
-    """spec.suspend was cleared: the job resumes."""
+def clear_suspended(
+    status: StableTrainingJobStatus, stamp: Stamp, *, message: str | None = None
+) -> StableTrainingJobStatus:
+    """spec.suspend was cleared (or Kueue admitted the job again): the job resumes."""
     return _with(
-        status, stamp, ConditionType.SUSPENDED, ok=False, reason=Reason.RESUMED, message=RESUMING
+        status,
+        stamp,
+        ConditionType.SUSPENDED,
+        ok=False,
+        reason=Reason.RESUMED,
+        message=message or RESUMING,
     )
 
 

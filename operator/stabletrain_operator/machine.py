@@ -29,6 +29,7 @@ from stabletrain_operator.api.spec import (
     PreflightMode,
     RestartMode,
     StableTrainingJobSpec,
+    UnschedulableAction,
 )
 from stabletrain_operator.api.status import (
     CHOICE_MAX,
@@ -112,6 +113,9 @@ from stabletrain_operator.preflight.condition import (
     from_running_pods,
     gate,
 )
+from stabletrain_operator.queue import state as queue_state
+from stabletrain_operator.queue.admission import Admission, Placement
+from stabletrain_operator.scheduling import said, stuck_pods
 
 STOP_FORCE_MARGIN = timedelta(seconds=10)
 """Pods still present this long after their grace period ran out are deleted with grace 0:
@@ -169,6 +173,9 @@ class World:
     handed_over: tuple[AgentStatus, ...] = ()
     """This tick's statuses of pods whose supervisor answered for an absent training agent:
     their checkpoints, scanned on disk, join the inventory."""
+    admission: Admission | None = None
+    """The job's Kueue admission (queue/admission.py); None for a job not queued, whose
+    pods start at once."""
 
 
 @dataclass(frozen=True)
@@ -187,6 +194,8 @@ class Launch:
     in_place: tuple[tuple[int, str], ...] = ()
     """(rank, pod) of the pods kept from the stopped attempt: relabelled to this attempt
     and told to start it; only the other ranks get new pods."""
+    placement: Placement | None = None
+    """The admitted Kueue flavors' node labels and tolerations (a queued job only)."""
 
 
 @dataclass(frozen=True)
@@ -226,6 +235,12 @@ def advance(status: StableTrainingJobStatus, world: World) -> Transition:
     status = _expire_suspects(status, world)
     handler = _HANDLERS[status.phase]
     transition = handler(status, world)
+    if world.admission is not None:  # what Kueue did comes first: it caused the rest
+        queued, notices = queue_state.observed(transition.status, world, world.admission)
+        queue_events = tuple(Event(n.type, n.reason, n.message) for n in notices)
+        transition = dataclasses.replace(
+            transition, status=queued, events=(*queue_events, *transition.events)
+        )
     reported = from_running_pods(
         transition.status,
         world.spec,
@@ -274,6 +289,36 @@ def _live_record(
     )
 
 
+def _may_run(world: World) -> bool:
+    """No queue, or Kueue admitted the job and wants nothing back: pods may be created."""
+    return world.admission is None or world.admission.may_run
+
+
+def _placement(world: World) -> Placement | None:
+    return world.admission.placement if world.admission is not None else None
+
+
+@dataclass(frozen=True)
+class _Hold:
+    """Why a running job saves a final checkpoint and stops without a fault."""
+
+    cause: str
+    """The sentence's subject: spec.suspend, or Kueue's eviction with its reason."""
+    saving: Reason
+    stopped: Reason
+
+
+def _hold(world: World) -> _Hold | None:
+    if world.spec.suspend:
+        return _Hold("spec.suspend is true", Reason.SAVING_BEFORE_SUSPEND, Reason.SUSPENDED)
+    admission = world.admission
+    if admission is not None and admission.eviction is not None:
+        eviction = admission.eviction
+        cause = f"Kueue evicted the job ({eviction.reason}: {eviction.message[:300]})"
+        return _Hold(cause, Reason.EVICTED, Reason.EVICTED)
+    return None
+
+
 # --- Pending --------------------------------------------------------------------------------
 
 
@@ -286,6 +331,8 @@ def _pending(status: StableTrainingJobStatus, world: World) -> Transition:
             message=CREATED_SUSPENDED,
         )
         return Transition(suspended, world.ledger)
+    if not _may_run(world):
+        return Transition(status, world.ledger)  # queued: the Admitted condition says why
     preflight_events: tuple[Event, ...] = ()
     if world.spec.preflight.mode is PreflightMode.REFUSE:
         checked = gate(
@@ -316,7 +363,7 @@ def _pending(status: StableTrainingJobStatus, world: World) -> Transition:
     return Transition(
         running,
         world.ledger,
-        launch=Launch(directives, (None,) * nodes),
+        launch=Launch(directives, (None,) * nodes, placement=_placement(world)),
         events=(*preflight_events, Event("Normal", Reason.CREATED, message)),
     )
 
@@ -359,8 +406,9 @@ def _with_numbers(status: StableTrainingJobStatus, world: World) -> StableTraini
 def _running(status: StableTrainingJobStatus, world: World) -> Transition:
     current = _current(status, world)
     status = _with_numbers(status, world)
-    if world.spec.suspend:  # Running or Confirming: a rollback being confirmed is given up
-        return _suspend(status, world)
+    hold = _hold(world)
+    if hold is not None:  # Running or Confirming: a rollback being confirmed is given up
+        return _suspend(status, world, hold)
     if status.save_request is not None:  # suspend was withdrawn while the pods saved
         status = status.model_copy(update={"save_request": None})
     nodes = world.spec.workers.nodes
@@ -389,7 +437,40 @@ def _running(status: StableTrainingJobStatus, world: World) -> Transition:
         transition = _keep_running(status, world, current)
         if transition.status.phase is Phase.CONFIRMING:
             transition = _confirm(transition, world)
+        transition = _unschedulable(transition, world, current)
     return dataclasses.replace(transition, deferred=evaluation.deferred)
+
+
+def _unschedulable(transition: Transition, world: World, current: Sequence[PodFacts]) -> Transition:
+    """Pods of the attempt the scheduler could not place for longer than the bound: said in
+    the Unschedulable condition and an Event; with whenUnschedulable Release every pod of the
+    attempt stops, and the attempt is tried again after the bound (phase Suspended)."""
+    status = transition.status
+    scheduling = world.spec.scheduling
+    stuck = stuck_pods(current, status.attempt, world.now, scheduling)
+    status, notes = said(status, world, stuck)
+    events = (*transition.events, *(Event(*note) for note in notes))
+    if stuck is None or scheduling.when_unschedulable is not UnschedulableAction.RELEASE:
+        return dataclasses.replace(transition, status=status, events=events)
+    message = (
+        f"{stuck.message}; stopping every pod of the attempt so the placed ones free their "
+        f"nodes, then trying again in {scheduling.unschedulable_seconds} s"
+    )[:1024]
+    stopping = status.model_copy(update={"phase": Phase.STOPPING, "plan": None})
+    stopping = set_suspended(stopping, world, reason=Reason.UNSCHEDULABLE, message=message)
+    if status.phase is Phase.CONFIRMING:  # the retry resumes from the newest checkpoint
+        stopping = clear_recovering(
+            stopping,
+            world,
+            reason=Reason.UNSCHEDULABLE,
+            message=f"attempt {status.attempt}'s pods were unschedulable before it was confirmed",
+        )
+    return Transition(
+        stopping,
+        transition.ledger,
+        delete_pods=tuple(sorted(p.name for p in world.pods)),
+        events=(*events, Event("Warning", Reason.UNSCHEDULABLE, message)),
+    )
 
 
 def _crash_looped(
@@ -565,32 +646,33 @@ def _confirm(transition: Transition, world: World) -> Transition:
     return Transition(done, transition.ledger, events=(*transition.events, event))
 
 
-def _suspend(status: StableTrainingJobStatus, world: World) -> Transition:
-    """spec.suspend: ask every pod for a final checkpoint (a live directive), wait for each
-    to report it saved and flushed to the PFS, at most SUSPEND_SAVE_SECONDS, then stop."""
+def _suspend(status: StableTrainingJobStatus, world: World, hold: _Hold) -> Transition:
+    """spec.suspend, or Kueue's eviction: ask every pod for a final checkpoint (a live
+    directive), wait for each to report it saved and flushed to the PFS, at most
+    SUSPEND_SAVE_SECONDS, then stop."""
     reachable = tuple(
         sorted(p.name for p in _current(status, world) if p.state is PodState.RUNNING and p.ip)
     )
     request = status.save_request
     if request is None:
         if not reachable or world.attempt_directives is None:
-            return _stop_suspended(status, world, "no pod runs to save a final checkpoint")
+            return _stop_suspended(status, world, "no pod runs to save a final checkpoint", hold)
         request = status.directives_generation + 1
         saving = status.model_copy(
             update={"save_request": request, "directives_generation": request}
         )
         message = (
-            f"spec.suspend is true: every pod saves a final checkpoint (at most "
+            f"{hold.cause}: every pod saves a final checkpoint (at most "
             f"{SUSPEND_SAVE.total_seconds():.0f} s), then every pod stops"
         )
-        saving = set_suspended(saving, world, reason=Reason.SAVING_BEFORE_SUSPEND, message=message)
+        saving = set_suspended(saving, world, reason=hold.saving, message=message)
         live = live_directives(
             world.attempt_directives,
             generation=request,
             lr_scale=status.lr_scale,
             save_request=request,
         )
-        event = Event("Normal", Reason.SAVING_BEFORE_SUSPEND, message)
+        event = Event("Normal", hold.saving, message)
         return Transition(saving, world.ledger, live=live, live_pods=reachable, events=(event,))
     fresh = _fresh(status, world)
     answered = {s.node_rank: s.saved_step for s in fresh if s.saved_request >= request}
@@ -619,15 +701,17 @@ def _suspend(status: StableTrainingJobStatus, world: World) -> Transition:
             f"within {waited.total_seconds():.0f} s (steps {sorted(s for s in saved if s)}); "
             "resuming continues from the newest checkpoint"
         )
-    return _stop_suspended(status, world, why)
+    return _stop_suspended(status, world, why, hold)
 
 
-def _stop_suspended(status: StableTrainingJobStatus, world: World, why: str) -> Transition:
+def _stop_suspended(
+    status: StableTrainingJobStatus, world: World, why: str, hold: _Hold
+) -> Transition:
     stopping = status.model_copy(
         update={"phase": Phase.STOPPING, "plan": None, "save_request": None}
     )
-    message = f"spec.suspend is true: {why}; stopping every pod"
-    stopping = set_suspended(stopping, world, reason=Reason.SUSPENDED, message=message)
+    message = f"{hold.cause}: {why}; stopping every pod"[:1024]
+    stopping = set_suspended(stopping, world, reason=hold.stopped, message=message)
     if status.phase is Phase.CONFIRMING:
         stopping = clear_recovering(
             stopping,
@@ -639,7 +723,7 @@ def _stop_suspended(status: StableTrainingJobStatus, world: World, why: str) -> 
         stopping,
         world.ledger,
         delete_pods=tuple(p.name for p in world.pods),
-        events=(Event("Normal", Reason.SUSPENDED, message),),
+        events=(Event("Normal", hold.stopped, message),),
     )
 
 
@@ -1069,6 +1153,8 @@ def _memory_pods(
 
 
 def _relaunching(status: StableTrainingJobStatus, world: World) -> Transition:
+    if not _may_run(world):  # evicted during the recovery: the plan waits for readmission
+        return Transition(status, world.ledger)
     plan = status.plan
     if plan is None or plan.directives_generation is None:
         return Transition(status.model_copy(update={"phase": Phase.PLANNING}), world.ledger)
@@ -1150,6 +1236,7 @@ def _relaunching(status: StableTrainingJobStatus, world: World) -> Transition:
             spill,
             avoid,
             required,
+            placement=_placement(world),
             in_place=tuple((p.rank, p.name) for p in kept),
         ),
         events=(Event("Normal", "Relaunched", message),),
@@ -1174,7 +1261,7 @@ def _preferred_nodes(
 
 
 def _suspended(status: StableTrainingJobStatus, world: World) -> Transition:
-    if world.spec.suspend:
+    if world.spec.suspend or not _may_run(world) or _retry_later(status, world):
         return Transition(status, world.ledger)
     plan = Plan(
         action=Action.RESTART_FROM_LATEST,
@@ -1186,11 +1273,32 @@ def _suspended(status: StableTrainingJobStatus, world: World) -> Transition:
         next_attempt=status.attempt + 1,
     )
     planning = status.model_copy(update={"phase": Phase.PLANNING, "plan": plan})
-    planning = clear_suspended(planning, world)
+    planning = clear_suspended(planning, world, message=_resuming(status))
     planning = set_recovering(
         planning, world, reason=Reason.RESUMED, message=RELAUNCHING_AFTER_SUSPEND
     )
     return Transition(planning, world.ledger, events=(Event("Normal", Reason.RESUMED, "resuming"),))
+
+
+def _retry_later(status: StableTrainingJobStatus, world: World) -> bool:
+    """Released for unschedulable pods (whenUnschedulable Release) less than the bound ago."""
+    suspended = condition(status.conditions, ConditionType.SUSPENDED)
+    if suspended is None or suspended.reason != Reason.UNSCHEDULABLE:
+        return False
+    bound = timedelta(seconds=world.spec.scheduling.unschedulable_seconds)
+    return world.now - suspended.last_transition_time < bound
+
+
+def _resuming(status: StableTrainingJobStatus) -> str | None:
+    """The Suspended condition's message when the job resumes for another reason than
+    spec.suspend being cleared."""
+    suspended = condition(status.conditions, ConditionType.SUSPENDED)
+    reason = suspended.reason if suspended is not None else ""
+    if reason == Reason.EVICTED:
+        return "admitted again by Kueue: relaunching from the newest checkpoint"
+    if reason == Reason.UNSCHEDULABLE:
+        return "trying the attempt's pods again after they were unschedulable"
+    return None
 
 
 def _terminal(status: StableTrainingJobStatus, world: World) -> Transition:

@@ -26,6 +26,7 @@ from stabletrain_operator import naming
 from stabletrain_operator.api.constants import API_VERSION, KIND
 from stabletrain_operator.api.quantity import quantity_bytes
 from stabletrain_operator.api.spec import RestartMode, StableTrainingJobSpec
+from stabletrain_operator.queue.admission import Placement
 
 Json = dict[str, Any]
 
@@ -404,11 +405,13 @@ def build_pod(
     avoid_required: bool = False,
     master_pod: str | None = None,
     under_supervisor: bool = True,
+    placement: Placement | None = None,
 ) -> Json:
     """Pod `rank` of `attempt`: the user's template plus torchrun, agent, tiers, directives;
     under the supervisor when the job restarts in place (and `under_supervisor`: a pod that
-    runs once, like the preflight's, never is). `master_pod` names node rank 0's pod when it
-    is kept from an earlier attempt."""
+    runs once, like the preflight's, never is); for a queued job the admitted flavors' node
+    labels and tolerations. `master_pod` names node rank 0's pod when it is kept from an
+    earlier attempt."""
     template = copy.deepcopy(spec.workers.template)
     template_meta: Json = template.get("metadata") or {}
     pod_spec: Json = template["spec"]
@@ -458,6 +461,8 @@ def build_pod(
         preferred.append(_node_preference(previous_node))
     if avoid_nodes:
         _keep_away(pod_spec, avoid_nodes, required=avoid_required)
+    if placement is not None:
+        placement.apply(pod_spec)
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
 
 

@@ -45,6 +45,17 @@ from stabletrain_operator.policy import PolicyLedger
 from stabletrain_operator.policy.action_kind import StatusCounter
 from stabletrain_operator.policy.action_registry import kind_of
 from stabletrain_operator.preflight.pod import ensure_preflight_pod, needs_preflight_pod
+from stabletrain_operator.queue.api import KueueApi
+from stabletrain_operator.queue.facts import WorkloadFacts
+from stabletrain_operator.queue.sync import (
+    QueuedJob,
+    QueueMemory,
+    carry_out,
+    own_workload,
+    read_admission,
+)
+from stabletrain_operator.queue.workload import queue_name
+from stabletrain_operator.queue.workload_status import workload_writes
 from stabletrain_operator.remediation import NodeAction, NodeRemediation, due, node_patch
 from stabletrain_operator.supervisor_orders import Order, send_orders
 
@@ -93,6 +104,7 @@ class JobMemory:
     """The spilled skip list as last read from (or written to) its ConfigMap."""
     supervisors: dict[str, SupervisorReport] = field(default_factory=dict)
     """Newest report of each supervised pod's supervisor (scrapes and order answers)."""
+    queue: QueueMemory = field(default_factory=QueueMemory)
 
 
 @dataclass(frozen=True)
@@ -357,6 +369,7 @@ def launch(kube: Kube, job: pods.JobRef, spec: StableTrainingJobSpec, plan: Laun
             avoid_nodes=plan.avoid_nodes,
             avoid_required=required,
             master_pod=kept.get(0),
+            placement=plan.placement,
         )
         for rank in range(spec.workers.nodes)
         if rank not in kept
@@ -575,12 +588,16 @@ async def tick(
     progress_seconds: float = 0.0,
     scraper: Scraper | None = None,
     pacer: ScrapePacer | None = None,
+    kueue: KueueApi | None = None,
+    workloads: Iterable[WorkloadFacts] = (),
 ) -> bool:
     """One reconcile; False once the job is gone (the daemon may end). `live` is kopf's live
     body of the job; progress numbers are written at most every `progress_seconds`; the
     agents are scraped, and sent live directives, through the operator's shared `scraper`
     (a session per round without one) as often as its `pacer` allows (every second
-    without one)."""
+    without one). With `kueue` (the operator's --kueue), a job with the queue-name label
+    runs only while its Workload (among `workloads`, the job's in the operator's index) is
+    admitted."""
     view = await _view(kube, key, live, memory)
     if isinstance(view, bool):
         if not view:
@@ -610,6 +627,11 @@ async def tick(
     preflight_pod = None
     if needs_preflight_pod(spec, status):
         preflight_pod = await asyncio.to_thread(ensure_preflight_pod, kube, ref, spec, generation)
+    queued = _queued(job, live, kueue)
+    workload = own_workload(queued, workloads) if queued is not None else None
+    admission = None
+    if queued is not None and kueue is not None:
+        admission = await asyncio.to_thread(read_admission, kueue, queued, workload, memory.queue)
     world = World(
         now=datetime.now(UTC),
         job=key.name,
@@ -627,6 +649,7 @@ async def tick(
         attempt_directives=directives,
         preflight_pod=preflight_pod,
         progress=progress,
+        admission=admission,
     )
     transition = advance(status, world)
     if _stops_now(status, transition):
@@ -692,9 +715,65 @@ async def tick(
         await asyncio.to_thread(kube.event, job, event.type, event.reason, event.message)
     if remediation is not None and transition.status.suspect_nodes != status.suspect_nodes:
         await asyncio.to_thread(remediate, kube, remediation, key, status, transition.status)
+    if queued is not None and kueue is not None:
+        await _sync_workload(
+            kube, kueue, job, spec, transition, queued=queued, pods_seen=facts,
+            workload=workload, now=world.now,
+        )  # fmt: skip
     _record_metrics(key, spec, transition)
     memory.next_tick_at = _next_tick_at(transition.status.phase, spec, memory, pacer)
+    if admission is not None and not admission.may_run and not facts:
+        memory.next_tick_at = time.monotonic() + QUEUED_TICK_SECONDS
     return True
+
+
+QUEUED_TICK_SECONDS = 60.0
+"""A job waiting for Kueue without pods ticks when its Workload (or it) changes, and at
+least this often: not on the 0.5 s clock of the phases that wait on time."""
+
+
+def _queued(
+    job: Mapping[str, Any], live: Mapping[str, Any], kueue: KueueApi | None
+) -> QueuedJob | None:
+    """The job as Kueue sees it, when the operator runs with --kueue and the job carries the
+    queue-name label (read from kopf's live body: the held identity keeps no labels)."""
+    metadata = job["metadata"]
+    labels = dict((live.get("metadata") or {}).get("labels") or {})
+    queue = queue_name(labels)
+    if kueue is None or queue is None:
+        return None
+    return QueuedJob(metadata["name"], metadata["namespace"], metadata["uid"], labels, queue)
+
+
+async def _sync_workload(
+    kube: Kube,
+    kueue: KueueApi,
+    job: Mapping[str, Any],
+    spec: StableTrainingJobSpec,
+    transition: Transition,
+    *,
+    queued: QueuedJob,
+    pods_seen: list[PodFacts],
+    workload: WorkloadFacts | None,
+    now: datetime,
+) -> None:
+    """After the status write: the Workload writes the job's new state calls for (create,
+    PodsReady, giving the quota back after an eviction, Finished, the finalizer)."""
+    status = transition.status
+    current = [p for p in pods_seen if p.attempt == status.attempt]
+    done = sum(p.state in (PodState.RUNNING, PodState.SUCCEEDED) for p in current)
+    ended = [c.message for c in status.conditions if c.type in ("Complete", "Failed")]
+    writes = workload_writes(
+        status.phase,
+        workload,
+        pods_left=bool(pods_seen) or transition.launch is not None,
+        pods_ready=done >= spec.workers.nodes,
+        end_message=ended[-1] if ended else status.phase.value,
+        now=now,
+    )
+    events = await asyncio.to_thread(carry_out, kueue, queued, spec, writes, workload)
+    for kind, reason, message in events:
+        await asyncio.to_thread(kube.event, dict(job), kind, reason, message)
 
 
 def _next_tick_at(

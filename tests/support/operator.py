@@ -70,8 +70,10 @@ class OperatorProcess:
         env: Mapping[str, str] = {},
         *,
         progress_write_seconds: float = PROGRESS_WRITE_SECONDS,
+        args: tuple[str, ...] = (),
     ) -> None:
         self.plane = plane
+        self.args = args
         self.progress_write_seconds = progress_write_seconds
         self.namespace = namespace
         self.log_path = log_path
@@ -96,6 +98,7 @@ class OperatorProcess:
         ]  # fmt: skip
         if os.environ.get("STABLETRAIN_TEST_OPERATOR_VERBOSE"):
             argv.append("--verbose")
+        argv += self.args
         self.process = ManagedProcess("operator", argv, self.log_path, env=full_env)
 
     def alive(self) -> bool:
@@ -148,9 +151,11 @@ def running_operator(
     env: Mapping[str, str] = {},
     *,
     progress_write_seconds: float = PROGRESS_WRITE_SECONDS,
+    args: tuple[str, ...] = (),
 ) -> Iterator[OperatorProcess]:
+    """`args`: more operator flags (e.g. --kueue)."""
     operator = OperatorProcess(
-        plane, namespace, log_path, env, progress_write_seconds=progress_write_seconds
+        plane, namespace, log_path, env, progress_write_seconds=progress_write_seconds, args=args
     )
     operator.start()
     try:

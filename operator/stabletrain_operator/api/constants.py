@@ -79,6 +79,12 @@ class ConditionType(StrEnum):
     PREFLIGHT = "Preflight"
     """The run's start-up facts against the preflight checklist: False while a severe
     finding stands; the message has one line per finding (docs/preflight.md)."""
+    ADMITTED = "Admitted"
+    """A queued job's Kueue Workload is admitted: True while its quota is reserved and the
+    pods may run; False with Kueue's own reason while it waits or after an eviction."""
+    UNSCHEDULABLE = "Unschedulable"
+    """Pods of the attempt stayed unschedulable past spec.scheduling.unschedulableSeconds;
+    the message names them and the scheduler's reason."""
 
 
 class Reason(StrEnum):
@@ -132,3 +138,17 @@ class Reason(StrEnum):
     PREFLIGHT_RUNNING = "PreflightRunning"
     PREFLIGHT_POD_FAILED = "PreflightPodFailed"
     """The preflight pod ended without facts; Refuse mode starts nothing without them."""
+    QUEUED = "Queued"
+    """The job's Kueue Workload waits for admission; no pod is created meanwhile."""
+    ADMITTED = "Admitted"
+    """Kueue admitted the job's Workload: its pods start (or resume)."""
+    EVICTED = "Evicted"
+    """Kueue evicted the Workload: the pods save a final checkpoint and stop, as for
+    spec.suspend; the Admitted condition carries Kueue's own reason."""
+    WORKLOAD_CREATED = "WorkloadCreated"
+    WORKLOAD_FINISHED = "WorkloadFinished"
+    UNSCHEDULABLE = "Unschedulable"
+    """Pods of the attempt stayed unschedulable past the bound (the scheduler's reason in
+    the message)."""
+    SCHEDULED = "Scheduled"
+    """The pods that were unschedulable got a node."""

@@ -27,6 +27,8 @@ DOCS_PATH = Path("docs/api.md")
 
 PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "State", "type": "string", "jsonPath": ".status.phase"},
+    {"name": "Queue", "type": "string", "jsonPath": ".status.queue.state"},
+    {"name": "Unschedulable", "type": "integer", "jsonPath": ".status.unschedulablePods"},
     {"name": "Step", "type": "integer", "jsonPath": ".status.step"},
     {"name": "Loss", "type": "number", "jsonPath": ".status.loss"},
     {"name": "LR Scale", "type": "number", "jsonPath": ".status.lrScale"},

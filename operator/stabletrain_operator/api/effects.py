@@ -53,6 +53,11 @@ TORCH_SHARDED_BATCHES = TORCH + "test_sharded_batches.py::"
 UNIT_CUSTOM_SPARSE = UNIT + "signals/test_custom_sparse.py::"
 UNIT_PODS_PLACEMENT = UNIT + "operator/test_pods_placement.py::"
 UNIT_STALL_RULE = UNIT + "operator/test_stall_rule.py::"
+UNSCHEDULABLE = UNIT + "operator/test_unschedulable.py::"
+E2E_UNSCHEDULABLE = (
+    E2E + "test_unschedulable.py::"
+    "test_without_kueue_unschedulable_pods_say_so_with_the_schedulers_words"
+)
 GROUP = "the fields below"
 _POD_CONTRACT = PODS + "test_pod_carries_torchrun_settings_and_the_agent_contract"
 
@@ -472,6 +477,22 @@ FIELD_EFFECTS: dict[str, Effect] = {
         E2E + "test_suspend.py::test_suspend_saves_a_final_checkpoint_and_resume_restores_it",
         INTEG_OPERATOR_LIFECYCLE
         + "test_suspend_stops_the_pods_and_resume_relaunches_from_the_newest_checkpoint",
+    ),
+    "spec.scheduling": _e(
+        GROUP,
+        UNSCHEDULABLE + "test_wait_says_which_pods_and_why_after_the_bound_and_clears_when_placed",
+    ),
+    "spec.scheduling.unschedulableSeconds": _e(
+        "scheduling.stuck_pods (the bound, from each pod's creation); machine._retry_later",
+        UNSCHEDULABLE + "test_wait_says_which_pods_and_why_after_the_bound_and_clears_when_placed",
+        UNSCHEDULABLE + "test_release_stops_the_attempt_and_tries_again_after_the_bound",
+        E2E_UNSCHEDULABLE,
+    ),
+    "spec.scheduling.whenUnschedulable": _e(
+        "machine._unschedulable: Wait keeps the pods; Release stops them (phase Suspended) and"
+        " machine._suspended tries again after the bound",
+        UNSCHEDULABLE + "test_wait_says_which_pods_and_why_after_the_bound_and_clears_when_placed",
+        UNSCHEDULABLE + "test_release_stops_the_attempt_and_tries_again_after_the_bound",
     ),
     "spec.manualRollback": _e(
         "policy.engine: a manual request, once per requestId",

@@ -517,6 +517,32 @@ class PreflightSpec(ApiModel):
     budget, not checked."""
 
 
+class UnschedulableAction(StrEnum):
+    """What a job does when pods of an attempt stay unschedulable past the bound."""
+
+    WAIT = "Wait"
+    """Keep every pod and wait for the scheduler; the Unschedulable condition and a Warning
+    Event name the pods and the scheduler's reason."""
+    RELEASE = "Release"
+    """Stop every pod of the attempt, so the placed ones do not hold their nodes (and
+    GPUs) idle while the rest wait (none has trained: the ranks wait for each other at the
+    rendezvous), then try the whole attempt again after `unschedulableSeconds`. Counts
+    against no budget."""
+
+
+class SchedulingSpec(ApiModel):
+    """Pods that cannot be scheduled. Without a queue that admits the job whole (Kueue), part
+    of an attempt can be placed while the rest waits."""
+
+    unschedulable_seconds: int = Field(default=300, ge=1, le=86_400)
+    """How long pods of an attempt may stay unschedulable (since they were created) before
+    the job says so (condition Unschedulable, a Warning Event, `kubectl get stj`'s
+    UNSCHEDULABLE column) and `whenUnschedulable` applies."""
+    when_unschedulable: UnschedulableAction = UnschedulableAction.WAIT
+    """Wait (default: the scheduler places the pods when room appears; the job only says
+    why it waits) or Release."""
+
+
 class StableTrainingJobSpec(ApiModel):
     """A torchrun job and the policy that heals it."""
 
@@ -545,6 +571,7 @@ class StableTrainingJobSpec(ApiModel):
     it and their stop."""
     manual_rollback: ManualRollbackSpec | None = None
     preflight: PreflightSpec = Field(default_factory=PreflightSpec)
+    scheduling: SchedulingSpec = Field(default_factory=SchedulingSpec)
 
     @model_validator(mode="after")
     def _custom_signals_defined(self) -> Self:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import math
 from datetime import datetime
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from pydantic import (
@@ -378,6 +379,32 @@ def _from_step(decision: Decision, reached_step: int | None) -> int:
     return decision.step if decision.step is not None else (reached_step or 0)
 
 
+class QueueState(StrEnum):
+    """Where a queued job stands with Kueue (`kubectl get stj`'s QUEUE column)."""
+
+    QUEUED = "Queued"
+    """Its Workload waits for admission; no pod runs."""
+    ADMITTED = "Admitted"
+    """Admitted: the quota is reserved for the job, through every recovery."""
+    EVICTED = "Evicted"
+    """Kueue evicted it (preemption, a waitForPodsReady timeout, a stopped queue): it saves,
+    stops and gives the quota back, and waits to be admitted again."""
+    FINISHED = "Finished"
+    """The job ended and its Workload is finished: the quota is released."""
+
+
+class QueueStatus(ApiModel):
+    """The job's Kueue Workload, when it carries the kueue.x-k8s.io/queue-name label."""
+
+    state: QueueState
+    workload: str = Field(default="", max_length=253)
+    """Name of the job's Workload (`stabletrainingjob-<job>-<hash>`, as Kueue names them)."""
+    local_queue: str = Field(max_length=253)
+    """The LocalQueue named by the label."""
+    cluster_queue: str | None = Field(default=None, max_length=253)
+    """The ClusterQueue that admitted it, while admitted."""
+
+
 class StableTrainingJobStatus(ApiModel):
     """What the operator knows, written once per reconcile."""
 
@@ -438,6 +465,12 @@ class StableTrainingJobStatus(ApiModel):
     asked every pod to save now; cleared when the pods are stopped."""
     last_manual_request_id: str | None = Field(default=None, max_length=63)
     """spec.manualRollback.requestId handled last: a request with this id does not run again."""
+    queue: QueueStatus | None = None
+    """The job's place in Kueue's queue; null for a job without the queue-name label (or an
+    operator without --kueue)."""
+    unschedulable_pods: int | None = Field(default=None, ge=0)
+    """Pods of the attempt unschedulable for longer than spec.scheduling.unschedulableSeconds;
+    null while there are none."""
     policy_ledger: PolicyMemory | None = None
     """The recovery policy's memory (cooldowns, escalation, alert episodes), written with
     each decision so an operator restart forgets no cooldown or alert episode; the budgets

@@ -29,6 +29,7 @@ from stabletrain_operator.handlers.wakeups import Wakeups, sleep_until
 from stabletrain_operator.jobview import DEFAULT_PROGRESS_WRITE_SECONDS
 from stabletrain_operator.kube import Kube, StaleStatusError
 from stabletrain_operator.observe.pods import PodFacts
+from stabletrain_operator.queue.facts import WorkloadFacts
 from stabletrain_operator.reconcile import JobKey, JobMemory, tick
 
 TICK_SECONDS = 0.5
@@ -60,14 +61,17 @@ async def run_job(
         return
     worker_pods: kopf.Index[PodKey, PodFacts] = kwargs["worker_pods"]
     """Injected by kopf under the index function's name (handlers/pod_index.py)."""
+    job_workloads: kopf.Index[PodKey, WorkloadFacts] | None = kwargs.get("job_workloads")
+    """Only with --kueue (handlers/workloads.py)."""
     kube: Kube = memo["kube"]
     key = JobKey(namespace, name)
     wakeups: Wakeups = memo["wakeups"]
     woken = wakeups.register((namespace, name))
     try:
         await _reconcile(
-            key, body, worker_pods=worker_pods, kube=kube, memo=memo, woken=woken, stopped=stopped
-        )
+            key, body, worker_pods=worker_pods, job_workloads=job_workloads, kube=kube,
+            memo=memo, woken=woken, stopped=stopped,
+        )  # fmt: skip
     finally:
         wakeups.unregister((namespace, name), woken)
 
@@ -81,6 +85,7 @@ async def _reconcile(
     memo: Any,
     woken: asyncio.Event,
     stopped: kopf.DaemonStopped,
+    job_workloads: kopf.Index[PodKey, WorkloadFacts] | None = None,
 ) -> None:
     namespace, name = key.namespace, key.name
     memory = JobMemory()
@@ -90,7 +95,8 @@ async def _reconcile(
         try:
             woken.clear()  # before the look: a change after it wakes the sleep below
             indexed = list(worker_pods.get((namespace, name), []))
-            world = (body.metadata.get("resourceVersion"), *indexed)
+            workloads = list(job_workloads.get((namespace, name), [])) if job_workloads else []
+            world = (body.metadata.get("resourceVersion"), *indexed, *workloads)
             due = max(memory.next_tick_at, ticked_at + TICK_SECONDS)
             if world == seen and time.monotonic() < due:
                 await sleep_until(woken, due)
@@ -106,6 +112,8 @@ async def _reconcile(
                 progress_seconds=memo.get("progress_write_seconds", DEFAULT_PROGRESS_WRITE_SECONDS),
                 scraper=memo.get("scraper"),
                 pacer=memo.get("pacer"),
+                kueue=memo.get("kueue"),
+                workloads=workloads,
             )
         except StaleStatusError:
             metrics.RECONCILE_ERRORS.labels("Conflict").inc()

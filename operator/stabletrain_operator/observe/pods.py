@@ -78,6 +78,10 @@ class PodFacts:
     """Supervised, its container still running, and its supervisor reports that the
     attempt's processes ended (`state` then says how, as a container's end would)."""
 
+    unschedulable: str | None = None
+    """The scheduler's message while its PodScheduled condition is False (Unschedulable)."""
+    created_at: datetime | None = None
+
     @property
     def container_running(self) -> bool:
         """Its container runs (a supervised pod between attempts included)."""
@@ -107,6 +111,13 @@ def _marked_by_node_controller(spec: Json, status: Json) -> bool:
         return False
     conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
     return conditions.get("Ready") == "False" and conditions.get("ContainersReady") == "True"
+
+
+def _unschedulable(status: Json) -> str | None:
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+            return str(condition.get("message") or condition.get("reason") or "Unschedulable")
+    return None
 
 
 def _int_label(labels: Json, key: str) -> int | None:
@@ -201,6 +212,8 @@ def pod_facts(pod: Json) -> PodFacts | None:
         supervised=labels.get(naming.RESTART_LABEL) == naming.IN_PLACE,
         ready=_ready(status),
         shape=str((metadata.get("annotations") or {}).get(naming.POD_SHAPE_ANNOTATION, "")),
+        unschedulable=None if spec.get("nodeName") else _unschedulable(status),
+        created_at=_time(metadata.get("creationTimestamp")),
         **ended,
     )
 

@@ -86,7 +86,9 @@ def test_identity_columns_and_subresource() -> None:
     version = definition["spec"]["versions"][0]
     assert version["subresources"] == {"status": {}}
     columns = [column["name"] for column in version["additionalPrinterColumns"]]
-    assert columns == ["State", "Step", "Loss", "LR Scale", "Rollbacks", "Age"]
+    assert columns == [
+        "State", "Queue", "Unschedulable", "Step", "Loss", "LR Scale", "Rollbacks", "Age",
+    ]  # fmt: skip
 
 
 def test_rules_and_conditions_are_list_maps() -> None:
