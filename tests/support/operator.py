@@ -27,6 +27,7 @@ from kubernetes import client
 
 from stabletrain_operator.api.constants import CRD_NAME, GROUP, PLURAL, VERSION
 from stabletrain_operator.api.crdgen import CRD_PATH
+from stabletrain_operator.tenancy.settings import DEFAULT_HOST_PATH_PREFIXES
 from support.controlplane import ControlPlane
 from support.localnode import LocalCluster
 from support.operator_crashpoints import CRASH_AFTER_ENV, planned_phases
@@ -193,7 +194,7 @@ def job_manifest(
             "template": {"spec": {"containers": [container], "terminationGracePeriodSeconds": 5}},
         },
         "checkpoints": {
-            "local": {"hostPath": f"/stabletrain-nvme/{name}"},
+            "local": {"hostPath": DEFAULT_HOST_PATH_PREFIXES[0]},
             "pfs": {"claimName": "pfs"},
             "intervalSteps": 5,
         },

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 import pytest
-from operator_builders import spec
+from operator_builders import TORCHRUN, spec
 
 from stabletrain_agent.contract import env
 from stabletrain_agent.contract.directives import parse_directives
@@ -60,15 +60,23 @@ def test_pod_carries_torchrun_settings_and_the_agent_contract() -> None:
     assert container["ports"] == [{"name": "st-agent", "containerPort": 9400, "protocol": "TCP"}]
     volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
     assert volumes["stabletrain-local"]["hostPath"] == {
-        "path": "/nvme",
+        "path": "/nvme/team/gpt",
         "type": "DirectoryOrCreate",
-    }
+    }, "the job's own directory below the node directory its spec names"
     assert volumes["stabletrain-pfs"]["persistentVolumeClaim"] == {"claimName": "pfs"}
     assert volumes["stabletrain-directives"]["configMap"] == {"name": "gpt-a3-directives"}
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
     assert mounts["stabletrain-local"] == variables[env.LOCAL_CHECKPOINT_DIR]
     assert mounts["stabletrain-pfs"] == variables[env.PFS_CHECKPOINT_DIR]
     assert "affinity" not in pod["spec"]
+    assert pod["spec"]["automountServiceAccountToken"] is False
+
+
+def test_a_service_account_token_is_mounted_only_when_the_template_asks() -> None:
+    container = {"name": "trainer", "command": TORCHRUN}
+    template = {"spec": {"containers": [container], "automountServiceAccountToken": True}}
+    pod = pods.build_pod(spec(workers={"nodes": 2, "template": template}), JOB, 0, 0)
+    assert pod["spec"]["automountServiceAccountToken"] is True
 
 
 def test_rank_zero_hosts_the_rendezvous_store() -> None:
