@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -71,8 +71,10 @@ class OperatorProcess:
         env: Mapping[str, str] = {},
         *,
         progress_write_seconds: float = PROGRESS_WRITE_SECONDS,
+        args: Sequence[str] = (),
     ) -> None:
         self.plane = plane
+        self.args = tuple(args)
         self.progress_write_seconds = progress_write_seconds
         self.namespace = namespace
         self.log_path = log_path
@@ -93,7 +95,7 @@ class OperatorProcess:
         argv = [
             sys.executable, "-m", module, "--namespace", self.namespace,
             "--metrics-port", str(self.metrics_port), "--liveness", liveness,
-            "--progress-write-seconds", str(self.progress_write_seconds),
+            "--progress-write-seconds", str(self.progress_write_seconds), *self.args,
         ]  # fmt: skip
         if os.environ.get("STABLETRAIN_TEST_OPERATOR_VERBOSE"):
             argv.append("--verbose")
@@ -149,9 +151,11 @@ def running_operator(
     env: Mapping[str, str] = {},
     *,
     progress_write_seconds: float = PROGRESS_WRITE_SECONDS,
+    args: Sequence[str] = (),
 ) -> Iterator[OperatorProcess]:
+    """The operator serving `namespace`, with more command-line `args` when given."""
     operator = OperatorProcess(
-        plane, namespace, log_path, env, progress_write_seconds=progress_write_seconds
+        plane, namespace, log_path, env, progress_write_seconds=progress_write_seconds, args=args
     )
     operator.start()
     try:

@@ -7,7 +7,6 @@ from typing import Any, Literal, Self
 
 from pydantic import ConfigDict, Field, model_validator
 
-from stabletrain_agent.contract.base import kubernetes_rules
 from stabletrain_operator.api.base import ApiModel
 from stabletrain_operator.api.spec import StableTrainingJobSpec
 from stabletrain_operator.api.status import StableTrainingJobStatus
@@ -27,14 +26,20 @@ class StableTrainingJob(ApiModel):
     """A torchrun training job that rolls itself back from loss spikes and NaNs."""
 
     model_config = ConfigDict(
-        json_schema_extra=kubernetes_rules(
-            (
-                f"self.metadata.name.matches('{JOB_NAME_PATTERN}')"
-                f" && size(self.metadata.name) <= {JOB_NAME_MAX}",
-                JOB_NAME_MESSAGE,
-                "",
-            )
-        )
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    # Only when the job is created: a job made before the rule existed keeps
+                    # working (its status writes too), with the operator's own check of the
+                    # name (tenancy/names.py) before anything is created for it.
+                    "rule": "oldSelf.hasValue()"
+                    f" || (self.metadata.name.matches('{JOB_NAME_PATTERN}')"
+                    f" && size(self.metadata.name) <= {JOB_NAME_MAX})",
+                    "message": JOB_NAME_MESSAGE,
+                    "optionalOldSelf": True,
+                }
+            ]
+        }
     )
 
     api_version: Literal["stabletrain.dev/v1alpha1"] = "stabletrain.dev/v1alpha1"
