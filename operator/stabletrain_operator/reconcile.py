@@ -634,11 +634,12 @@ async def tick(
     if plan is not None:
         if await _launch_or_hold(kube, key, view, memory, ref=ref, plan=plan, tenancy=tenancy):
             return True
+        if plan.spill_skip_ranges is not None:
+            memory.skip_ranges = None
+    if memory.spec_gate.passed(generation):
         transition = dataclasses.replace(
             transition, status=invalid_spec.accepted(transition.status, world)
         )
-        if plan.spill_skip_ranges is not None:
-            memory.skip_ranges = None
     written = await _record(
         kube, key, view, transition.status, memory, progress_seconds=progress_seconds
     )

@@ -149,6 +149,11 @@ def test_point1_a_job_gets_its_own_node_directory_and_nothing_more(
             assert pod["spec"]["automountServiceAccountToken"] is False
         assert pods_named_for(core, tenant_namespace, "etc") == []
         assert pods_named_for(core, tenant_namespace, "escape") == []
+        jobs.patch_spec("etc", {"checkpoints": {"local": {"hostPath": NODE_DIRECTORY}}})
+        fixed = jobs.wait("etc", lambda s: len(jobs.pods("etc")) == 2 and (
+            condition(s, "InvalidSpec") or {}).get("status") == "False", 60,
+            "the fixed job's pods")  # fmt: skip
+        assert (condition(fixed, "InvalidSpec") or {})["reason"] == "SpecAccepted"
 
 
 # --- Point 4: a spec that passes validation never wedges its reconcile -----------------------

@@ -129,7 +129,10 @@ class WorkersSpec(ApiModel):
     """Ranks in each pod (torchrun --nproc-per-node), typically one per GPU."""
     template: dict[str, Any] = Field(json_schema_extra=POD_TEMPLATE)
     """A core/v1 PodTemplateSpec, passed through unchanged (unknown fields kept). The
-    operator adds the torchrun command's environment, the tier volumes and the agent's env."""
+    operator adds the torchrun command's environment, the tier volumes and the agent's env,
+    and `automountServiceAccountToken: false` unless the template sets it. It must meet the
+    cluster's Pod Security level (the operator's --pod-security, by default baseline), or the
+    job is held with InvalidSpec before any pod exists."""
     container_name: str | None = Field(default=None, max_length=63)
     """Container that runs torchrun; null means the first container."""
     rendezvous: RendezvousSpec = Field(default_factory=RendezvousSpec)

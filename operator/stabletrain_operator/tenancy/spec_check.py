@@ -145,6 +145,11 @@ class SpecGate:
         self.key, self.problems = key, problems
         return problems
 
+    def passed(self, generation: int | None) -> bool:
+        """Whether this generation of the spec passed the checks (for an attempt or the
+        preflight pod): the InvalidSpec of an earlier one no longer stands."""
+        return self.key is not None and self.key[0] == generation and not self.problems
+
     def refused(self, generation: int | None, attempt: int, problem: SpecProblem) -> None:
         """The API server refused a create the checks let through: remember it for this
         generation and attempt, so the job waits for a new spec instead of retrying."""
