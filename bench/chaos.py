@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from stabletrain_operator import naming
 from support.chaos.checks import check_checkpoints, orphans_after_delete
 from support.chaos.inject import KINDS, Injector
 from support.chaos.measure import incidents, measure_faults, summarize, unattributed
@@ -142,7 +143,8 @@ def run(args: argparse.Namespace, work: Path) -> int:
         stray = unattributed(chaos.applied, chaos.run, found)
         torn = [a.injected.target for a in chaos.applied
                 if a.injected is not None and a.planned.kind == "corrupt-checkpoint"]  # fmt: skip
-        host_path = manifest["spec"]["checkpoints"]["local"]["hostPath"]
+        node_dir = manifest["spec"]["checkpoints"]["local"]["hostPath"]
+        host_path = naming.local_tier_host_path(node_dir, NAMESPACE, "chaos")
         checkpoints = check_checkpoints(cluster, host_path, pfs_dir(cluster, NAMESPACE, "chaos"),
                                         torn)  # fmt: skip
         orphans = orphans_after_delete(staged.api_client, NAMESPACE, "chaos")

@@ -13,8 +13,11 @@ about a minute before falling back to the namespaces given, which it now serves 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import logging
+from collections.abc import Callable
+from typing import TypeVar
 
 import kopf
 
@@ -22,7 +25,12 @@ from stabletrain_agent.contract import env
 from stabletrain_operator import metrics, pods
 from stabletrain_operator.jobview import DEFAULT_PROGRESS_WRITE_SECONDS
 from stabletrain_operator.observe.pacing import DEFAULT_SCRAPE_RATE
-from stabletrain_operator.remediation import NodeRemediation
+from stabletrain_operator.remediation import DEFAULT_MIN_JOBS, NodeRemediation, NodeVotes
+from stabletrain_operator.tenancy import network_policy, settings
+from stabletrain_operator.tenancy.network_policy import NetworkSettings
+from stabletrain_operator.tenancy.settings import PodSecurityLevel, TenancySettings
+
+T = TypeVar("T")
 
 
 def _seconds(text: str) -> float:
@@ -37,6 +45,72 @@ def _rate(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError(f"{text!r} is not a rate > 0 (scrapes a second)")
     return value
+
+
+def _checked(parse: Callable[[str], T]) -> Callable[[str], T]:
+    """A flag's parser whose ValueError argparse shows as it is (it names the problem)."""
+
+    def parse_flag(text: str) -> T:
+        try:
+            return parse(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    return parse_flag
+
+
+def _at_least_one(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError(f"--remediate-min-jobs must be at least 1, got {value}")
+    return value
+
+
+def _tenancy_arguments(parser: argparse.ArgumentParser) -> None:
+    """What a job may ask of the cluster (tenancy/settings.py, docs/operations.md)."""
+    defaults = TenancySettings()
+    parser.add_argument(
+        "--host-path-prefixes",
+        type=_checked(settings.parse_host_path_prefixes),
+        default=defaults.host_path_prefixes,
+        help="comma-separated node directories spec.checkpoints.local.hostPath may name; each "
+        "job gets <prefix>/<namespace>/<job> below the one it names; empty: no hostPath "
+        f"(default {','.join(defaults.host_path_prefixes)})",
+    )
+    parser.add_argument(
+        "--local-volume-types",
+        type=_checked(settings.parse_volume_types),
+        default=defaults.local_volume_types,
+        help="comma-separated core/v1 volume sources spec.checkpoints.local.volume may use; "
+        f"empty: none (default {','.join(sorted(defaults.local_volume_types))})",
+    )
+    parser.add_argument(
+        "--pod-security",
+        type=PodSecurityLevel,
+        choices=list(PodSecurityLevel),
+        default=defaults.pod_security,
+        help="the Pod Security Standard every worker template must meet, checked before any "
+        f"pod is created (default {defaults.pod_security})",
+    )
+    parser.add_argument(
+        "--network-policy",
+        action=argparse.BooleanOptionalAction,
+        default=defaults.network.enabled,
+        help="give every job a NetworkPolicy of its own (default on)",
+    )
+    parser.add_argument(
+        "--agent-peers",
+        type=_checked(network_policy.parse_peers),
+        default=(),
+        help="JSON list of NetworkPolicyPeers that may reach the agent port of the jobs' "
+        "pods (the operator's pods, Prometheus); none: nobody",
+    )
+    parser.add_argument(
+        "--network-policy-extra-ingress",
+        type=_checked(network_policy.parse_ingress),
+        default=(),
+        help="JSON list of NetworkPolicyIngressRules added to every job's policy",
+    )
 
 
 def _arguments() -> argparse.Namespace:
@@ -62,12 +136,20 @@ def _arguments() -> argparse.Namespace:
     )
     parser.add_argument(
         "--remediate-nodes",
-        type=NodeRemediation.parse,
+        type=_checked(NodeRemediation.parse),
         default=None,
         metavar="Taint:N|Cordon:N",
-        help="taint or cordon a node once it was the culprit of N incidents of one job "
-        "(needs get/patch on nodes; off by default)",
+        help="taint or cordon a node once it lost the pods of jobs N times (needs get/patch "
+        "on nodes; off by default)",
     )
+    parser.add_argument(
+        "--remediate-min-jobs",
+        type=_checked(_at_least_one),
+        default=DEFAULT_MIN_JOBS,
+        help="different jobs those N node losses must come from "
+        f"(default {DEFAULT_MIN_JOBS}: one tenant cannot take a node out)",
+    )
+    _tenancy_arguments(parser)
     parser.add_argument(
         "--progress-write-seconds",
         type=_seconds,
@@ -106,11 +188,24 @@ def run() -> None:
         importlib.import_module("stabletrain_operator.handlers.workloads")
     pods.set_agent_port(args.agent_port)
     metrics.serve(args.metrics_port)
-    settings = kopf.OperatorSettings()
-    settings.scanning.disabled = bool(args.namespace)
+    kopf_settings = kopf.OperatorSettings()
+    kopf_settings.scanning.disabled = bool(args.namespace)
+    remediation = args.remediate_nodes
+    if remediation is not None:
+        remediation = dataclasses.replace(remediation, jobs=args.remediate_min_jobs)
+    tenancy = TenancySettings(
+        host_path_prefixes=args.host_path_prefixes,
+        local_volume_types=args.local_volume_types,
+        pod_security=args.pod_security,
+        network=NetworkSettings(
+            enabled=args.network_policy,
+            agent_peers=args.agent_peers,
+            extra_ingress=args.network_policy_extra_ingress,
+        ),
+    )
     kopf.run(
         registry=kopf.get_default_registry(),
-        settings=settings,
+        settings=kopf_settings,
         standalone=args.peering is None,
         peering_name=args.peering,
         priority=args.priority,
@@ -118,7 +213,9 @@ def run() -> None:
         clusterwide=not args.namespace,
         namespaces=args.namespace,
         memo=kopf.Memo(
-            remediation=args.remediate_nodes,
+            remediation=remediation,
+            node_votes=NodeVotes(),
+            tenancy=tenancy,
             progress_write_seconds=args.progress_write_seconds,
             scrape_rate=args.scrape_rate,
         ),

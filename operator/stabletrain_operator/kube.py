@@ -1,9 +1,11 @@
 """The few Kubernetes API calls the reconcile makes, synchronous (run in a worker thread).
 
-Creates treat 409 as success (names are deterministic: the object is the one an earlier,
-interrupted tick made), deletes treat 404 as success, and the status write carries the
-resourceVersion the tick read, so a write based on a stale read fails with 409 instead of
-overwriting a newer state (which matters with several operator replicas).
+Creates treat 409 as success when the object there is controlled by the same job (names
+are deterministic: it is the one an earlier, interrupted tick made) and raise
+ownership.NotOwnedError otherwise; reads of a job's ConfigMaps and Secret return nothing
+from an object the job does not control. Deletes treat 404 as success, and the status write
+carries the resourceVersion the tick read, so a write based on a stale read fails with 409
+instead of overwriting a newer state (which matters with several operator replicas).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from stabletrain_operator.api.constants import API_VERSION, GROUP, KIND, PLURAL, VERSION
+from stabletrain_operator.ownership import NotOwnedError, controller, controller_uid
 
 Json = dict[str, Any]
 T = TypeVar("T")
@@ -72,29 +75,81 @@ class Kube:
         # the wire) and read plain dicts back from the custom-objects API.
         self.core: Any = client.CoreV1Api(api_client)
         self.custom: Any = client.CustomObjectsApi(api_client)
+        self.networking: Any = client.NetworkingV1Api(api_client)
+
+    def _calls(self, kind: str) -> tuple[Any, Any, Any]:
+        """(create, read, replace) of a kind the operator makes for its jobs."""
+        core, networking = self.core, self.networking
+        return {
+            "Pod": (core.create_namespaced_pod, core.read_namespaced_pod, None),
+            "Service": (core.create_namespaced_service, core.read_namespaced_service, None),
+            "ConfigMap": (core.create_namespaced_config_map, core.read_namespaced_config_map,
+                          core.replace_namespaced_config_map),
+            "Secret": (core.create_namespaced_secret, core.read_namespaced_secret, None),
+            "NetworkPolicy": (networking.create_namespaced_network_policy,
+                              networking.read_namespaced_network_policy,
+                              networking.replace_namespaced_network_policy),
+        }[kind]  # fmt: skip
+
+    def _existing(self, obj: Json) -> Json:
+        """The object of `obj`'s kind and name that is there, as JSON, if `obj`'s controller
+        controls it; NotOwnedError otherwise."""
+        metadata = obj["metadata"]
+        _, read, _ = self._calls(obj["kind"])
+        found = self.core.api_client.sanitize_for_serialization(
+            read(metadata["name"], metadata["namespace"])
+        )
+        theirs = controller(found.get("metadata") or {})
+        ours = controller_uid(metadata)
+        if theirs is None or theirs.get("uid") != ours:
+            job = (controller(metadata) or {}).get("name", "")
+            raise NotOwnedError(obj["kind"], metadata["name"], metadata["namespace"], theirs, job)
+        existing: Json = found
+        return existing
 
     def create(self, obj: Json) -> bool:
-        """Create `obj` in its namespace; False when it already existed."""
-        namespace = obj["metadata"]["namespace"]
-        creator = {
-            "Pod": self.core.create_namespaced_pod,
-            "Service": self.core.create_namespaced_service,
-            "ConfigMap": self.core.create_namespaced_config_map,
-            "Secret": self.core.create_namespaced_secret,
-        }[obj["kind"]]
+        """Create `obj` in its namespace; False when its own controller's object of that name
+        already existed; NotOwnedError when somebody else's does."""
+        create, _, _ = self._calls(obj["kind"])
         try:
-            creator(namespace, obj)
+            create(obj["metadata"]["namespace"], obj)
         except ApiException as error:
             if error.status == HTTPStatus.CONFLICT:
+                self._existing(obj)
                 return False
             raise
         return True
 
-    def replace_config_map(self, obj: Json) -> None:
-        """Create or overwrite (the skip-list spill grows with every rollback)."""
-        if not self.create(obj):
-            metadata = obj["metadata"]
-            self.core.replace_namespaced_config_map(metadata["name"], metadata["namespace"], obj)
+    def create_or_update(self, obj: Json, compared: str) -> None:
+        """Create `obj`, or replace the controller's own object of that name when its
+        `compared` part (e.g. "spec") differs (the skip-list spill grows with every rollback;
+        a NetworkPolicy follows the operator's settings)."""
+        create, _, replace = self._calls(obj["kind"])
+        try:
+            create(obj["metadata"]["namespace"], obj)
+            return
+        except ApiException as error:
+            if error.status != HTTPStatus.CONFLICT:
+                raise
+        existing = self._existing(obj)
+        if existing.get(compared) != obj.get(compared):
+            metadata = {
+                **obj["metadata"],
+                "resourceVersion": existing["metadata"]["resourceVersion"],
+            }
+            replace(metadata["name"], metadata["namespace"], {**obj, "metadata": metadata})
+
+    def dry_run_create(self, obj: Json) -> ApiException | None:
+        """The API server's verdict on creating `obj`, without creating it (validation and
+        admission run, nothing is stored): None when it would be created."""
+        create, _, _ = self._calls(obj["kind"])
+        try:
+            create(obj["metadata"]["namespace"], obj, dry_run="All")
+        except ApiException as error:
+            if error.status == HTTPStatus.CONFLICT:
+                return None
+            return error
+        return None
 
     def delete_pod(self, namespace: str, name: str, *, force: bool) -> None:
         body = client.V1DeleteOptions(grace_period_seconds=0 if force else None)
@@ -176,23 +231,29 @@ class Kube:
             raise
         return written
 
-    def config_map_data(self, namespace: str, name: str) -> dict[str, str] | None:
+    def _owned(self, kind: str, namespace: str, name: str, owner_uid: str) -> Json | None:
+        """The object as JSON when it exists and the job `owner_uid` controls it; one that
+        another owner controls is logged and read as absent."""
+        _, read, _ = self._calls(kind)
         try:
-            found = self.core.read_namespaced_config_map(name, namespace)
+            found: Json = self.core.api_client.sanitize_for_serialization(read(name, namespace))
         except ApiException as error:
             if error.status == HTTPStatus.NOT_FOUND:
                 return None
             raise
-        return dict(found.data or {})
+        if controller_uid(found.get("metadata") or {}) != owner_uid:
+            _log.warning("%s %s/%s is not the job's (its controller is not uid %s); not read",
+                         kind, namespace, name, owner_uid)  # fmt: skip
+            return None
+        return found
 
-    def secret_value(self, namespace: str, name: str, key: str) -> str | None:
-        try:
-            found = self.core.read_namespaced_secret(name, namespace)
-        except ApiException as error:
-            if error.status == HTTPStatus.NOT_FOUND:
-                return None
-            raise
-        raw = (found.data or {}).get(key)
+    def config_map_data(self, namespace: str, name: str, owner_uid: str) -> dict[str, str] | None:
+        found = self._owned("ConfigMap", namespace, name, owner_uid)
+        return None if found is None else dict(found.get("data") or {})
+
+    def secret_value(self, namespace: str, name: str, key: str, owner_uid: str) -> str | None:
+        found = self._owned("Secret", namespace, name, owner_uid)
+        raw = None if found is None else (found.get("data") or {}).get(key)
         return base64.b64decode(raw).decode() if raw else None
 
     def event(self, job: Json, kind: str, reason: str, message: str) -> None:

@@ -8,6 +8,8 @@ duplicate pods without any bookkeeping.
 
 from __future__ import annotations
 
+from pathlib import PurePosixPath
+
 from stabletrain_operator.api.constants import GROUP
 
 JOB_LABEL = f"{GROUP}/job"
@@ -23,6 +25,14 @@ current spec's is replaced, not restarted in place."""
 DIRECTIVES_GENERATION_ANNOTATION = f"{GROUP}/directives-generation"
 AGENT_PORT_NAME = "st-agent"
 """Name of the agent's container port on every worker pod (and of the Service's port)."""
+HOSTNAME_MAX = 63
+"""A pod's hostname is a DNS label: the API server refuses a longer one."""
+JOB_NAME_MAX = 40
+"""Longest job name the API server accepts (a CEL rule on metadata.name). Worker hostnames
+are `<job>-a<attempt>-<rank>` and ranks have at most 4 digits (10,000 nodes), so 40
+characters leave 16 digits for the attempt; the preflight pod's `<job>-preflight-g<N>`
+leaves 11 for the spec generation. The operator still checks the exact hostname of every
+attempt before it launches one (tenancy/names.py)."""
 
 
 def service_name(job: str) -> str:
@@ -50,6 +60,17 @@ def skip_ranges_config_map(job: str) -> str:
 
 def token_secret(job: str) -> str:
     return f"{job}-token"
+
+
+def network_policy(job: str) -> str:
+    """The job's own NetworkPolicy (tenancy/network_policy.py)."""
+    return f"{job}-network"
+
+
+def local_tier_host_path(prefix: str, namespace: str, job: str) -> str:
+    """The job's own directory on a node: `<prefix>/<namespace>/<job>`, below the node
+    directory its spec names, so two jobs never share one."""
+    return str(PurePosixPath(prefix) / namespace / job)
 
 
 def pod_dns_name(job: str, pod: str, namespace: str) -> str:

@@ -231,7 +231,8 @@ def agent_env(spec: StableTrainingJobSpec, job: JobRef, attempt: int, rank: int)
 def _volumes(spec: StableTrainingJobSpec, job: JobRef, attempt: int) -> list[Json]:
     local = spec.checkpoints.local
     if local.host_path is not None:
-        local_source: Json = {"hostPath": {"path": local.host_path, "type": "DirectoryOrCreate"}}
+        path = naming.local_tier_host_path(local.host_path, job.namespace, job.name)
+        local_source: Json = {"hostPath": {"path": path, "type": "DirectoryOrCreate"}}
     else:
         local_source = copy.deepcopy(local.volume or {})
     return [
@@ -450,6 +451,8 @@ def build_pod(
         pod_spec.get("volumes") or [], _volumes(spec, job, attempt)
     )
     pod_spec["restartPolicy"] = "Never"
+    # The agent needs no Kubernetes API; a token goes only to a template that asks for one.
+    pod_spec.setdefault("automountServiceAccountToken", False)
     pod_spec["hostname"] = name
     pod_spec["subdomain"] = naming.service_name(job.name)
     pod_spec.setdefault("terminationGracePeriodSeconds", DEFAULT_GRACE_SECONDS)

@@ -13,7 +13,7 @@ import dataclasses
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http import HTTPStatus
@@ -27,9 +27,9 @@ from stabletrain_agent.contract.directives import Directives, SkipRange, parse_d
 from stabletrain_agent.contract.env import DIRECTIVES_FILE_KEY, TOKEN_SECRET_KEY
 from stabletrain_agent.contract.supervisor import StopOrder, SupervisorReport
 from stabletrain_operator import metrics, naming, pods
-from stabletrain_operator.api.constants import Phase
+from stabletrain_operator.api.constants import Phase, Reason
 from stabletrain_operator.api.spec import StableTrainingJobSpec
-from stabletrain_operator.api.status import StableTrainingJobStatus, SuspectNode
+from stabletrain_operator.api.status import StableTrainingJobStatus
 from stabletrain_operator.directive_put import AgentUnreachableError, put_directives
 from stabletrain_operator.finite import non_finite_replaced
 from stabletrain_operator.jobview import JobView, Source, identity, parse, source, write_needed
@@ -40,6 +40,7 @@ from stabletrain_operator.observe.pods import PodFacts, PodState
 from stabletrain_operator.observe.scrape import Scraper, ScrapeResult, ScrapeTarget, scrape_all
 from stabletrain_operator.observe.stall import RankProgress
 from stabletrain_operator.observe.supervised import attempt_ended, with_reports
+from stabletrain_operator.ownership import NotOwnedError
 from stabletrain_operator.plan.merged_inventory import copies_in_flight
 from stabletrain_operator.policy import PolicyLedger
 from stabletrain_operator.policy.action_kind import StatusCounter
@@ -56,8 +57,21 @@ from stabletrain_operator.queue.sync import (
 )
 from stabletrain_operator.queue.workload import queue_name
 from stabletrain_operator.queue.workload_status import workload_writes
-from stabletrain_operator.remediation import NodeAction, NodeRemediation, due, node_patch
+from stabletrain_operator.remediation import (
+    NodeAction,
+    NodeRemediation,
+    NodeVerdict,
+    NodeVotes,
+    node_patch,
+    tainted,
+)
 from stabletrain_operator.supervisor_orders import Order, send_orders
+from stabletrain_operator.tenancy import invalid_spec
+from stabletrain_operator.tenancy.names import name_problems
+from stabletrain_operator.tenancy.network_policy import NetworkSettings, build_network_policy
+from stabletrain_operator.tenancy.problems import SpecProblem
+from stabletrain_operator.tenancy.settings import TenancySettings
+from stabletrain_operator.tenancy.spec_check import SpecGate, api_refusal, refuses_spec
 
 _log = logging.getLogger(__name__)
 
@@ -74,6 +88,14 @@ once, their agents first finishing such copies and answering until a scrape read
 answering. One scrape, at the decision, came before the copies landed: the restart passed
 over the newest checkpoint, or found none verified on the PFS and failed the job."""
 SETTLE_PAUSE_SECONDS = 0.5
+HELD_RECHECK_SECONDS = 30.0
+"""How often a job held by an invalid spec ticks on its own: nothing changes until the spec
+does, and a change of the job wakes its daemon at once."""
+NAME_TAKEN_RETRY_SECONDS = 5.0
+"""How often a job whose object's name another owner holds tries again."""
+PREDECESSOR_RETRY_SECONDS = 1.0
+"""How often a recreated job looks again for its predecessor's objects to be gone (garbage
+collection removes them within seconds of the old job)."""
 
 
 @dataclass
@@ -105,6 +127,12 @@ class JobMemory:
     supervisors: dict[str, SupervisorReport] = field(default_factory=dict)
     """Newest report of each supervised pod's supervisor (scrapes and order answers)."""
     queue: QueueMemory = field(default_factory=QueueMemory)
+    spec_gate: SpecGate = field(default_factory=SpecGate)
+    """The verdict on the spec for the attempt to launch (tenancy/spec_check.py)."""
+    voted: bool = False
+    """Whether the job's node-lost incidents were recorded in the operator's NodeVotes."""
+    awaited: str | None = None
+    """The predecessor's object the job waits to see gone (logged once)."""
 
 
 @dataclass(frozen=True)
@@ -288,17 +316,17 @@ def _known_skip_ranges(
 
 
 def _read_skip_ranges(
-    kube: Kube, key: JobKey, status: StableTrainingJobStatus, memory: JobMemory
+    kube: Kube, job: pods.JobRef, status: StableTrainingJobStatus, memory: JobMemory
 ) -> tuple[SkipRange, ...]:
     """The spilled skip list from its ConfigMap, remembered until this operator rewrites it."""
     name = status.skip_ranges_config_map
     if name is None:
         return status.active_skip_ranges
-    data = kube.config_map_data(key.namespace, name) or {}
+    data = kube.config_map_data(job.namespace, name, job.uid) or {}
     raw = data.get(pods.SKIP_RANGES_KEY)
     if raw is None:
-        _log.error("job %s: skip-range ConfigMap %s is missing; using the inline ranges",
-                   key.name, name)  # fmt: skip
+        _log.error("job %s: skip-range ConfigMap %s is missing or not the job's; using the "
+                   "inline ranges", job.name, name)  # fmt: skip
         return status.active_skip_ranges
     ranges = tuple(SkipRange.model_validate(item) for item in json.loads(raw))
     memory.skip_ranges = (name, ranges)
@@ -306,28 +334,34 @@ def _read_skip_ranges(
 
 
 def _attempt_directives(
-    kube: Kube, key: JobKey, memory: JobMemory, attempt: int
+    kube: Kube, job: pods.JobRef, memory: JobMemory, attempt: int
 ) -> Directives | None:
     """The attempt's initial directives from their ConfigMap, remembered in memory (the tick
     looks there first, so each attempt's are read once)."""
-    data = kube.config_map_data(key.namespace, naming.directives_config_map(key.name, attempt))
+    name = naming.directives_config_map(job.name, attempt)
+    data = kube.config_map_data(job.namespace, name, job.uid)
     if not data or DIRECTIVES_FILE_KEY not in data:
         return None
     try:
         directives = parse_directives(data[DIRECTIVES_FILE_KEY])
     except ContractError as error:
-        _log.error("job %s: directives of attempt %d unreadable: %s", key.name, attempt, error)
+        _log.error("job %s: directives of attempt %d unreadable: %s", job.name, attempt, error)
         return None
     memory.directives[attempt] = directives
     return directives
 
 
-def ensure_base(kube: Kube, job: pods.JobRef, memory: JobMemory) -> None:
-    """The token Secret and the headless Service: once per job (the tick calls it until
-    memory.base_ready), kept for every attempt."""
+def ensure_base(kube: Kube, job: pods.JobRef, memory: JobMemory, network: NetworkSettings) -> None:
+    """The token Secret, the headless Service and the job's NetworkPolicy: once per job and
+    operator start (the tick calls it until memory.base_ready), kept for every attempt; the
+    policy is brought in line with the operator's settings. NotOwnedError when another
+    owner holds one of the names."""
     kube.create(pods.build_token_secret(job, new_token()))
     kube.create(pods.build_service(job))
-    memory.token = kube.secret_value(job.namespace, naming.token_secret(job.name), TOKEN_SECRET_KEY)
+    if network.enabled:
+        kube.create_or_update(build_network_policy(job, pods.agent_port(), network), "spec")
+    name = naming.token_secret(job.name)
+    memory.token = kube.secret_value(job.namespace, name, TOKEN_SECRET_KEY, job.uid)
     memory.base_ready = True
 
 
@@ -345,10 +379,11 @@ def _avoid_required(kube: Kube, spec: StableTrainingJobSpec, plan: Launch) -> bo
 
 def launch(kube: Kube, job: pods.JobRef, spec: StableTrainingJobSpec, plan: Launch) -> None:
     """Directives first (the pods mount them), then the attempt's pods: those kept from the
-    stopped attempt relabelled with the new one (their start orders follow, `start_kept`),
+    stopped attempt relabelled with the new one (the tick sends their start orders next),
     a new pod for every other rank."""
     if plan.spill_skip_ranges is not None:
-        kube.replace_config_map(pods.build_skip_ranges_config_map(job, plan.spill_skip_ranges))
+        spill = pods.build_skip_ranges_config_map(job, plan.spill_skip_ranges)
+        kube.create_or_update(spill, "data")
     kube.create(pods.build_directives_config_map(job, plan.directives))
     attempt = plan.directives.attempt
     kept = dict(plan.in_place)
@@ -476,44 +511,62 @@ def _record_metrics(key: JobKey, spec: StableTrainingJobSpec, transition: Transi
 def remediate(
     kube: Kube,
     remediation: NodeRemediation,
-    key: JobKey,
-    before: StableTrainingJobStatus,
-    after: StableTrainingJobStatus,
+    votes: NodeVotes,
+    nodes: set[str],
+    now: datetime,
 ) -> None:
-    """Taint or cordon the suspect nodes that just reached the threshold (off by default)."""
-    job = f"{key.namespace}/{key.name}"
-    for node in due(before.suspect_nodes, after.suspect_nodes, remediation):
+    """Taint or cordon those of `nodes` (their node-lost count just grew) that are now due
+    (remediation.py; off by default)."""
+    for verdict in votes.due(remediation, nodes, now):
         try:
-            if not _patch_node(kube, node, remediation.action, job):
+            if not _patch_node(kube, verdict, remediation.action):
                 continue
         except ApiException as error:
-            _log.warning("job %s: node %s not remediated (%s): %s", key.name, node.node,
-                         remediation.action, error.reason)  # fmt: skip
+            _log.warning("node %s not remediated (%s): %s", verdict.node, remediation.action,
+                         error.reason)  # fmt: skip
             continue
-        _log.warning("job %s: node %s %s after %d incident(s): %s", key.name, node.node,
+        _log.warning("node %s %s: it lost the pods of %s %d time(s): %s", verdict.node,
                      "tainted" if remediation.action == "Taint" else "cordoned",
-                     node.incidents, node.last_reason)  # fmt: skip
+                     ", ".join(verdict.jobs), verdict.incidents, verdict.last_reason)  # fmt: skip
 
 
 NODE_PATCH_ATTEMPTS = 3
 """Reads and patches of one node while other controllers keep changing its taints."""
 
 
-def _patch_node(kube: Kube, node: SuspectNode, action: NodeAction, job: str) -> bool:
+def _patch_node(kube: Kube, verdict: NodeVerdict, action: NodeAction) -> bool:
     """Read the node's taints and patch it at that version; a 409 (its taints changed in
-    between) means read again. False when the node is gone."""
+    between) means read again. False when the node is gone or already tainted."""
     for attempt in range(1, NODE_PATCH_ATTEMPTS + 1):
-        read = kube.node_taints(node.node)
+        read = kube.node_taints(verdict.node)
         if read is None:
             return False
         taints, version = read
+        if action is NodeAction.TAINT and tainted(taints):
+            return False
         try:
-            kube.patch_node(node.node, node_patch(node, taints, action, job, version))
+            kube.patch_node(verdict.node, node_patch(verdict, taints, action, version))
             return True
         except ApiException as error:
             if error.status != HTTPStatus.CONFLICT or attempt == NODE_PATCH_ATTEMPTS:
                 raise
     raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+def _vote(
+    memory: JobMemory,
+    votes: NodeVotes,
+    key: JobKey,
+    before: StableTrainingJobStatus,
+    after: StableTrainingJobStatus,
+) -> set[str]:
+    """Record the job's node-lost incidents; the nodes whose count grew in this tick (the
+    first tick since the daemon started records the persisted count as it stands)."""
+    job = f"{key.namespace}/{key.name}"
+    if not memory.voted:
+        votes.record(job, before.suspect_nodes)
+        memory.voted = True
+    return votes.record(job, after.suspect_nodes)
 
 
 async def _view(
@@ -585,30 +638,39 @@ async def tick(
     memory: JobMemory,
     *,
     remediation: NodeRemediation | None = None,
+    votes: NodeVotes | None = None,
     progress_seconds: float = 0.0,
     scraper: Scraper | None = None,
     pacer: ScrapePacer | None = None,
     kueue: KueueApi | None = None,
     workloads: Iterable[WorkloadFacts] = (),
+    tenancy: TenancySettings | None = None,
 ) -> bool:
     """One reconcile; False once the job is gone (the daemon may end). `live` is kopf's live
     body of the job; progress numbers are written at most every `progress_seconds`; the
     agents are scraped, and sent live directives, through the operator's shared `scraper`
     (a session per round without one) as often as its `pacer` allows (every second
-    without one). With `kueue` (the operator's --kueue), a job with the queue-name label
-    runs only while its Workload (among `workloads`, the job's in the operator's index) is
-    admitted."""
+    without one). Nothing is created for a spec that breaks the cluster's `tenancy`
+    settings (their defaults without it): the job is held with InvalidSpec. With `kueue`
+    (the operator's --kueue), a job with the queue-name label runs only while its Workload
+    (among `workloads`, the job's in the operator's index) is admitted."""
+    tenancy = tenancy or TenancySettings()
     view = await _view(kube, key, live, memory)
     if isinstance(view, bool):
         if not view:
             metrics.forget_job(key.namespace, key.name)
             if pacer is not None:
                 pacer.forget((key.namespace, key.name))
+            if votes is not None:
+                votes.forget(f"{key.namespace}/{key.name}")
         return view
     job, spec, status = view.job, view.spec, view.status
     ref = pods.JobRef(key.name, key.namespace, job["metadata"]["uid"])
-    if not memory.base_ready:
-        await asyncio.to_thread(ensure_base, kube, ref, memory)
+    generation = job["metadata"].get("generation")
+    if not memory.base_ready and await _base_or_hold(
+        kube, key, view, memory, ref=ref, tenancy=tenancy
+    ):
+        return True
     facts = _with_vanished(list(indexed), memory, status)
     _remember_nodes(memory, facts, status.attempt)
     present = {p.name for p in facts}
@@ -618,15 +680,25 @@ async def tick(
     progress = _progress(memory, facts, scrapes, status.attempt)
     skip = _known_skip_ranges(status, memory)
     if skip is None:
-        skip = await asyncio.to_thread(_read_skip_ranges, kube, key, status, memory)
+        skip = await asyncio.to_thread(_read_skip_ranges, kube, ref, status, memory)
     directives = memory.directives.get(status.attempt)
     if directives is None:
-        directives = await asyncio.to_thread(_attempt_directives, kube, key, memory, status.attempt)
+        directives = await asyncio.to_thread(_attempt_directives, kube, ref, memory, status.attempt)
     ledger = PolicyLedger.from_job_status(status)
-    generation = job["metadata"].get("generation")
     preflight_pod = None
     if needs_preflight_pod(spec, status):
-        preflight_pod = await asyncio.to_thread(ensure_preflight_pod, kube, ref, spec, generation)
+        problems = await asyncio.to_thread(
+            memory.spec_gate.check, kube, spec, ref, tenancy,
+            generation=generation, attempt=status.attempt, preflight_generation=generation,
+        )  # fmt: skip
+        if problems:
+            return await _hold(kube, key, view, memory, problems)
+        try:
+            preflight_pod = await asyncio.to_thread(
+                ensure_preflight_pod, kube, ref, spec, generation
+            )
+        except NotOwnedError as error:
+            return await _not_owned(kube, key, view, memory, error)
     queued = _queued(job, live, kueue)
     workload = own_workload(queued, workloads) if queued is not None else None
     admission = None
@@ -666,16 +738,22 @@ async def tick(
             transition = settled if _stops_now(status, settled) else transition
     for note in transition.deferred:
         _log.debug("job %s: %s", key.name, note.message)
-    if transition.launch is not None:
-        await asyncio.to_thread(launch, kube, ref, spec, transition.launch)
-        if transition.launch.spill_skip_ranges is not None:
+    plan = transition.launch
+    if plan is not None:
+        if await _launch_or_hold(kube, key, view, memory, ref=ref, plan=plan, tenancy=tenancy):
+            return True
+        if plan.spill_skip_ranges is not None:
             memory.skip_ranges = None
-        started = transition.launch.directives
+        started = plan.directives
         memory.directives[started.attempt] = started
-        kept = dict(transition.launch.in_place)
+        kept = dict(plan.in_place)
         master = kept.get(0) or naming.pod_name(key.name, started.attempt, 0)
         await _order(
             scraper, memory, facts, _start_orders(spec, ref, started, kept.values(), master)
+        )
+    if memory.spec_gate.passed(generation):
+        transition = dataclasses.replace(
+            transition, status=invalid_spec.accepted(transition.status, world)
         )
     written = await _record(
         kube, key, view, transition.status, memory, progress_seconds=progress_seconds
@@ -713,8 +791,10 @@ async def tick(
         )
     for event in transition.events:
         await asyncio.to_thread(kube.event, job, event.type, event.reason, event.message)
-    if remediation is not None and transition.status.suspect_nodes != status.suspect_nodes:
-        await asyncio.to_thread(remediate, kube, remediation, key, status, transition.status)
+    if remediation is not None and votes is not None:
+        grew = _vote(memory, votes, key, status, transition.status)
+        if grew:
+            await asyncio.to_thread(remediate, kube, remediation, votes, grew, world.now)
     if queued is not None and kueue is not None:
         await _sync_workload(
             kube, kueue, job, spec, transition, queued=queued, pods_seen=facts,
@@ -774,6 +854,106 @@ async def _sync_workload(
     events = await asyncio.to_thread(carry_out, kueue, queued, spec, writes, workload)
     for kind, reason, message in events:
         await asyncio.to_thread(kube.event, dict(job), kind, reason, message)
+
+
+@dataclass(frozen=True)
+class _Stamp:
+    now: datetime
+    generation: int | None
+
+
+async def _hold(
+    kube: Kube,
+    key: JobKey,
+    view: JobView,
+    memory: JobMemory,
+    problems: Sequence[SpecProblem],
+    *,
+    recheck_seconds: float = HELD_RECHECK_SECONDS,
+) -> bool:
+    """Nothing is created: the status the tick began with, plus InvalidSpec naming each
+    problem, written only when that changes it, with an Event when it is news."""
+    stamp = _Stamp(datetime.now(UTC), view.job["metadata"].get("generation"))
+    status, news = invalid_spec.held(view.status, problems, stamp)
+    await _record(kube, key, view, status, memory, progress_seconds=0.0)
+    if news is not None:
+        _log.warning("job %s: held, nothing is created: %s", key.name, news)
+        await asyncio.to_thread(kube.event, view.job, "Warning", Reason.INVALID_SPEC, news)
+    memory.next_tick_at = time.monotonic() + recheck_seconds
+    return True
+
+
+async def _base_or_hold(
+    kube: Kube,
+    key: JobKey,
+    view: JobView,
+    memory: JobMemory,
+    *,
+    ref: pods.JobRef,
+    tenancy: TenancySettings,
+) -> bool:
+    """The job's base objects (ensure_base), unless its name cannot name them or another
+    owner holds one: then the job is held (True)."""
+    nodes, attempt = view.spec.workers.nodes, view.status.attempt
+    problems = name_problems(key.name, nodes=nodes, attempt=attempt)
+    if problems:
+        return await _hold(kube, key, view, memory, problems)
+    try:
+        await asyncio.to_thread(ensure_base, kube, ref, memory, tenancy.network)
+    except NotOwnedError as error:
+        return await _not_owned(kube, key, view, memory, error)
+    return False
+
+
+async def _launch_or_hold(
+    kube: Kube,
+    key: JobKey,
+    view: JobView,
+    memory: JobMemory,
+    *,
+    ref: pods.JobRef,
+    plan: Launch,
+    tenancy: TenancySettings,
+) -> bool:
+    """The launch, once the spec passed every check for this attempt (tenancy/spec_check.py);
+    held instead (True) when it did not, when another owner holds one of the names, or when
+    the API server refuses the pods themselves."""
+    generation = view.job["metadata"].get("generation")
+    attempt = plan.directives.attempt
+    problems = await asyncio.to_thread(
+        memory.spec_gate.check, kube, view.spec, ref, tenancy, generation=generation,
+        attempt=attempt,
+    )  # fmt: skip
+    if problems:
+        return await _hold(kube, key, view, memory, problems)
+    try:
+        await asyncio.to_thread(launch, kube, ref, view.spec, plan)
+    except NotOwnedError as error:
+        return await _not_owned(kube, key, view, memory, error)
+    except ApiException as error:
+        if not refuses_spec(error):
+            raise
+        memory.spec_gate.refused(generation, attempt, api_refusal(error))
+        return await _hold(kube, key, view, memory, memory.spec_gate.problems)
+    return False
+
+
+async def _not_owned(
+    kube: Kube, key: JobKey, view: JobView, memory: JobMemory, error: NotOwnedError
+) -> bool:
+    """An object the job needs is another owner's: never used. A predecessor's (a job of
+    the same name deleted a moment ago) is waited for quietly, garbage collection removes
+    it; any other holds the job with InvalidSpec (NameTaken) and is looked at again."""
+    if not error.predecessor:
+        problems = [error.problem()]
+        return await _hold(
+            kube, key, view, memory, problems, recheck_seconds=NAME_TAKEN_RETRY_SECONDS
+        )
+    if memory.awaited != str(error):
+        _log.info("job %s: waiting for garbage collection: %s", key.name, error)
+        memory.awaited = str(error)
+    memory.next_tick_at = time.monotonic() + PREDECESSOR_RETRY_SECONDS
+    return True
 
 
 def _next_tick_at(

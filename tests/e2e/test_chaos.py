@@ -16,6 +16,7 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
+from stabletrain_operator import naming
 from support.chaos.checks import check_checkpoints, orphans_after_delete
 from support.chaos.inject import Injector
 from support.chaos.measure import incidents, measure_faults, unattributed
@@ -92,7 +93,8 @@ def test_three_faults_one_mid_rollback_all_heal_with_the_actions_their_kinds_exp
     last = ran.run.logs.steps(ran.run.status["attempt"])
     assert last[-1]["step"] == STEPS
 
-    host_path = manifest["spec"]["checkpoints"]["local"]["hostPath"]
+    node_dir = manifest["spec"]["checkpoints"]["local"]["hostPath"]
+    host_path = naming.local_tier_host_path(node_dir, job_namespace, "chaos")
     checkpoints = check_checkpoints(local_cluster, host_path, pfs, torn=())
     assert checkpoints.loaded, "no checkpoint copy was found to check"
     assert not checkpoints.problems, checkpoints.problems

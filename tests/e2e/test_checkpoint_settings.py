@@ -11,6 +11,7 @@ from typing import Any
 
 from stabletrain_agent.checkpoint.layout import iter_attempt_dirs, local_part_root, parse_node
 from stabletrain_agent.contract import env
+from stabletrain_operator.naming import local_tier_host_path
 from support.localnode import LocalCluster
 from support.operator import Jobs, OperatorProcess
 from support.tinygpt import StepLogs, job_manifest
@@ -55,7 +56,8 @@ def test_interval_and_retention_of_the_spec_are_what_the_pods_do(
     for pod in pods:  # each pod's copies are under its node rank on its node's local tier
         variables = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
         node = pod["spec"]["nodeName"]
-        root = local_cluster.host_path(node, f"/stabletrain-nvme/{NAME}")
+        node_dir = manifest["spec"]["checkpoints"]["local"]["hostPath"]
+        root = local_cluster.host_path(node, local_tier_host_path(node_dir, job_namespace, NAME))
         local[node] = steps_on(local_part_root(root, variables[env.NODE_RANK]))
     assert local == dict.fromkeys(local, newest[-LOCAL_KEEP:]), "each node keeps its retention"
     pfs = local_cluster.shared_dir / job_namespace / "pfs"

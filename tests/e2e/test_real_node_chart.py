@@ -101,6 +101,11 @@ def _http_get(cluster: RealCluster, url: str) -> tuple[int, str]:
     return cluster.call_in_node(get)
 
 
+def _node_directory(cluster: RealCluster) -> Path:
+    """The node-local tier's node directory (each job gets `<it>/<namespace>/<job>`)."""
+    return Path(cluster.state.workdir) / "nvme"
+
+
 def _training_job(cluster: RealCluster, name: str) -> Json:
     """The example's manifest, with the base image and this checkout mounted read-only."""
     steps = {"TINYGPT_STEPS": "170"}
@@ -109,7 +114,7 @@ def _training_job(cluster: RealCluster, name: str) -> Json:
     # One node here, so both ranks in one pod: two pods of a job on one node would share
     # the node-local tier's hostPath (see docs/testing.md, differences from the local node).
     spec["workers"]["nodes"], spec["workers"]["processesPerNode"] = 1, 2
-    spec["checkpoints"]["local"]["hostPath"] = str(Path(cluster.state.workdir) / "nvme" / name)
+    spec["checkpoints"]["local"]["hostPath"] = str(_node_directory(cluster))
     pod = spec["workers"]["template"]["spec"]
     container = pod["containers"][0]
     container["image"] = cluster.images["base"].reference
@@ -166,7 +171,12 @@ def test_chart_and_image_roll_back_a_poisoned_shard_in_real_containers(
         "install", "stabletrain", str(CHART), "-n", release_ns,
         "--set", f"image.repository={operator_image.repository}",
         "--set", f"image.tag={operator_image.tag}",
-        "--set", f"watchNamespaces={{{job_ns}}}", "--wait", "--timeout", "3m", env=env,
+        "--set", f"watchNamespaces={{{job_ns}}}",
+        # The job mounts this checkout and the interpreter from the node (hostPath volumes
+        # stand in for a training image here): more than the baseline Pod Security level.
+        "--set", "tenancy.podSecurity=privileged",
+        "--set", f"tenancy.hostPathPrefixes={{{_node_directory(cluster)}}}",
+        "--wait", "--timeout", "3m", env=env,
     )  # fmt: skip
     assert installed.returncode == 0, installed.stderr + _pods_with_images(cluster)
     print(f"helm install --wait: {time.monotonic() - began:.1f} s")

@@ -124,7 +124,6 @@ def test_every_rendered_object_passes_a_server_side_dry_run(
             "ServiceMonitor",
             "PodMonitor",
             "PrometheusRule",
-            "NetworkPolicy",
             "ConfigMap",
             "PodDisruptionBudget",
         }
@@ -144,7 +143,6 @@ BROKEN = [
     ("ServiceMonitor", ("spec", "endpoints", 0, "scheme"), "ftp", "spec.endpoints[0].scheme"),
     ("PodMonitor", ("spec", "podMetricsEndpoints", 0, "intervall"), "15s", "intervall"),
     ("PrometheusRule", ("spec", "groups", 0, "rules", 0, "for"), "ten minutes", "for"),
-    ("NetworkPolicy", ("spec", "ingress", 1, "ports", 0, "endPort"), 0, "endPort"),
 ]
 
 

@@ -27,11 +27,13 @@ import yaml
 from kubernetes import client, config, watch
 
 from stabletrain_agent.contract.channel import new_token
+from stabletrain_agent.contract.directives import SkipRange
 from stabletrain_agent.contract.env import TOKEN_SECRET_KEY
 from stabletrain_operator import naming, pods
 from stabletrain_operator.api.constants import GROUP, PLURAL, VERSION
 from stabletrain_operator.api.spec import StableTrainingJobSpec
 from stabletrain_operator.kube import Kube
+from stabletrain_operator.tenancy.network_policy import NetworkSettings, build_network_policy
 from support.chart import CHART, helm
 from support.controlplane import ControlPlane
 from support.serviceaccount import ServiceAccountClient, service_account_kubeconfig
@@ -329,19 +331,28 @@ def test_the_operators_own_api_calls_succeed_with_the_service_account_token(
         annotations = {f"{GROUP}/last-handled-configuration": "{}"}
         kopf_patch = {"metadata": {"finalizers": [f"{GROUP}/operator"], "annotations": annotations}}
         custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name, kopf_patch)
-        # ensure_base: the token Secret and the headless Service, then the token read back.
+        # ensure_base: the token Secret, the headless Service and the job's NetworkPolicy
+        # (a 409 reads the object back to check its owner), then the token read back.
         token = new_token()
         assert kube.create(pods.build_token_secret(ref, token))
         assert not kube.create(pods.build_token_secret(ref, new_token()))  # 409: kept
         assert kube.create(pods.build_service(ref))
-        assert kube.secret_value(ns, naming.token_secret(name), TOKEN_SECRET_KEY) == token
-        # launch: the skip-list spill (created, then replaced as it grows) and the pods.
-        spill = pods.build_skip_ranges_config_map(ref, [])
-        kube.replace_config_map(spill)
-        kube.replace_config_map(spill)
-        assert kube.config_map_data(ns, naming.skip_ranges_config_map(name)) is not None
+        assert not kube.create(pods.build_service(ref))
+        policy = build_network_policy(ref, pods.agent_port(), NetworkSettings())
+        kube.create_or_update(policy, "spec")
+        peers = NetworkSettings(agent_peers=({"podSelector": {}},))
+        kube.create_or_update(build_network_policy(ref, pods.agent_port(), peers), "spec")
+        assert kube.secret_value(ns, naming.token_secret(name), TOKEN_SECRET_KEY, ref.uid) == token
+        # launch: the skip-list spill (created, then replaced as it grows), a dry run of a
+        # pod, and the pods.
+        kube.create_or_update(pods.build_skip_ranges_config_map(ref, []), "data")
+        longer = pods.build_skip_ranges_config_map(ref, [SkipRange(first=1, last=2)])
+        kube.create_or_update(longer, "data")
+        assert kube.config_map_data(ns, naming.skip_ranges_config_map(name), ref.uid) is not None
+        assert kube.dry_run_create(pods.build_pod(spec, ref, 1, 0)) is None
         for rank in range(spec.workers.nodes):
             assert kube.create(pods.build_pod(spec, ref, 1, rank, previous_node="node-a"))
+        assert not kube.create(pods.build_pod(spec, ref, 1, 0))
         assert len(kube.list_pods(ns, naming.job_selector(name))) == spec.workers.nodes
         # The status write (fenced by resourceVersion) and the Event of the decision.
         job = kube.get_job(ns, name)

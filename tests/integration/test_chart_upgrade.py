@@ -102,7 +102,7 @@ def test_crd_applied_server_side_then_helm_upgrade(
             str(CHART),
             "-n",
             namespace,
-            "--reuse-values",
+            "--reset-then-reuse-values",
             "--set",
             "operator.verbose=true",
             env=helm_env,

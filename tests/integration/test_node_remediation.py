@@ -1,5 +1,5 @@
 """Against the real API server: the Ready nodes a relaunch may keep away from, and the
-optional remediation that taints or cordons a node once it was the culprit N times."""
+optional remediation that taints or cordons a node once it lost the pods of several jobs."""
 
 from __future__ import annotations
 
@@ -8,24 +8,28 @@ from typing import Any
 
 from kubernetes import client
 
-from stabletrain_operator.api.status import StableTrainingJobStatus, SuspectNode
+from stabletrain_operator.api.status import SuspectNode
 from stabletrain_operator.kube import Kube
-from stabletrain_operator.reconcile import JobKey, remediate
+from stabletrain_operator.reconcile import remediate
 from stabletrain_operator.remediation import (
     REASON_ANNOTATION,
     TAINT_KEY,
+    TAINT_VALUE,
     NodeAction,
     NodeRemediation,
+    NodeVotes,
 )
 from support.localnode import LocalCluster
 
 NOW = datetime.now(UTC)
 
 
-def _suspects(incidents: int) -> StableTrainingJobStatus:
-    node = SuspectNode(node="node-b", incidents=incidents, last_reason="killed by signal 9",
+def _lost(incidents: int) -> tuple[SuspectNode, ...]:
+    """node-b as a job's suspect after `incidents` losses of its pods with the node."""
+    node = SuspectNode(node="node-b", incidents=incidents, node_lost_incidents=incidents,
+                       last_reason="pod gpt-a0-1 was lost before it finished",
                        last_incident_at=NOW, expires_at=NOW + timedelta(hours=1))  # fmt: skip
-    return StableTrainingJobStatus(suspect_nodes=(node,))
+    return (node,)
 
 
 def _our_taints(node: Any) -> list[tuple[str, str, str]]:
@@ -34,24 +38,29 @@ def _our_taints(node: Any) -> list[tuple[str, str, str]]:
     return [(t.key, t.value, t.effect) for t in node.spec.taints or [] if t.key == TAINT_KEY]
 
 
-def test_ready_nodes_are_listed_and_a_due_node_is_tainted_once_with_the_reason(
+def test_ready_nodes_are_listed_and_a_node_two_jobs_lost_is_tainted_once_with_the_reason(
     api_client: client.ApiClient, local_cluster: LocalCluster
 ) -> None:
     kube = Kube(api_client)
     assert sorted(kube.schedulable_nodes() or []) == ["node-a", "node-b"]
     core: Any = client.CoreV1Api(api_client)
-    key = JobKey("ml", "gpt")
     rule = NodeRemediation(NodeAction.TAINT, 2)
-    remediate(kube, rule, key, StableTrainingJobStatus(), _suspects(1))
-    assert not _our_taints(core.read_node("node-b")), "below the threshold nothing happens"
-    remediate(kube, rule, key, _suspects(1), _suspects(2))
+    votes = NodeVotes()
+    remediate(kube, rule, votes, votes.record("ml/gpt", _lost(2)), NOW)
+    assert not _our_taints(core.read_node("node-b")), "two losses, but of one job"
+    remediate(kube, rule, votes, votes.record("nlp/bert", _lost(1)), NOW)
     node = core.read_node("node-b")
-    assert _our_taints(node) == [(TAINT_KEY, "ml.gpt", "NoSchedule")]
+    assert _our_taints(node) == [(TAINT_KEY, TAINT_VALUE, "NoSchedule")]
     assert node.metadata.annotations[REASON_ANNOTATION] == (
-        "ml/gpt: culprit of 2 incident(s): killed by signal 9"
+        "lost the pods of 2 job(s) (ml/gpt, nlp/bert) 3 time(s): "
+        "pod gpt-a0-1 was lost before it finished"
     )
+    version = node.metadata.resource_version
+    remediate(kube, rule, votes, votes.record("nlp/bert", _lost(2)), NOW)
+    assert core.read_node("node-b").metadata.resource_version == version, "tainted already"
     assert sorted(kube.schedulable_nodes() or []) == ["node-a", "node-b"], "tainted, not cordoned"
-    remediate(kube, NodeRemediation(NodeAction.CORDON, 2), key, _suspects(2), _suspects(3))
+    cordon = NodeRemediation(NodeAction.CORDON, 2)
+    remediate(kube, cordon, votes, votes.record("nlp/bert", _lost(3)), NOW)
     assert core.read_node("node-b").spec.unschedulable
     assert kube.schedulable_nodes() == ["node-a"]
 
@@ -77,8 +86,9 @@ def test_a_taint_added_between_the_read_and_the_patch_is_kept(
 ) -> None:
     """The taint list is replaced whole: at the version it was read, else read again (409)."""
     kube = RacedKube(api_client)
-    remediate(kube, NodeRemediation(NodeAction.TAINT, 1), JobKey("ml", "race"),
-              StableTrainingJobStatus(), _suspects(1))  # fmt: skip
+    votes = NodeVotes()
+    rule = NodeRemediation(NodeAction.TAINT, 1, jobs=1)
+    remediate(kube, rule, votes, votes.record("ml/race", _lost(1)), NOW)
     assert kube.raced
     core: Any = client.CoreV1Api(api_client)
     keys = [t.key for t in core.read_node("node-b").spec.taints or []]

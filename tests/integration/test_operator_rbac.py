@@ -25,10 +25,12 @@ NAMESPACE_RULES = [
      "verbs": ["get", "patch"]},
     {"apiGroups": [""], "resources": ["pods"],
      "verbs": ["get", "list", "watch", "create", "patch", "delete"]},
-    {"apiGroups": [""], "resources": ["services"], "verbs": ["create"]},
+    {"apiGroups": [""], "resources": ["services"], "verbs": ["get", "create"]},
     {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create", "update"]},
     {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "create"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
+    {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"],
+     "verbs": ["get", "create", "update"]},
 ]  # fmt: skip
 
 

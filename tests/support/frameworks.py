@@ -2,7 +2,7 @@
 
 Like support.tinygpt: the manifest is the example's own, changed only where the local node
 differs from a cluster (no images: the container runs on this host with the repository as
-its working directory; each job its own hostPath). Both examples log the same JSON lines
+its working directory). Both examples log the same JSON lines
 under the PFS tier, so one checker serves both e2e tests.
 """
 
@@ -32,7 +32,6 @@ def example_manifest(example: str, name: str) -> Json:
     manifest["metadata"]["name"] = name
     spec = manifest["spec"]
     spec["workers"]["template"]["spec"]["containers"][0]["workingDir"] = str(REPO)
-    spec["checkpoints"]["local"]["hostPath"] = f"/stabletrain-nvme/{name}"
     return manifest
 
 

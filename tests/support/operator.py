@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from kubernetes import client
 
 from stabletrain_operator.api.constants import CRD_NAME, GROUP, PLURAL, VERSION
 from stabletrain_operator.api.crdgen import CRD_PATH
+from stabletrain_operator.tenancy.settings import DEFAULT_HOST_PATH_PREFIXES
 from support.controlplane import ControlPlane
 from support.localnode import LocalCluster
 from support.operator_crashpoints import CRASH_AFTER_ENV, planned_phases
@@ -70,10 +71,10 @@ class OperatorProcess:
         env: Mapping[str, str] = {},
         *,
         progress_write_seconds: float = PROGRESS_WRITE_SECONDS,
-        args: tuple[str, ...] = (),
+        args: Sequence[str] = (),
     ) -> None:
         self.plane = plane
-        self.args = args
+        self.args = tuple(args)
         self.progress_write_seconds = progress_write_seconds
         self.namespace = namespace
         self.log_path = log_path
@@ -94,7 +95,7 @@ class OperatorProcess:
         argv = [
             sys.executable, "-m", module, "--namespace", self.namespace,
             "--metrics-port", str(self.metrics_port), "--liveness", liveness,
-            "--progress-write-seconds", str(self.progress_write_seconds),
+            "--progress-write-seconds", str(self.progress_write_seconds), *self.args,
         ]  # fmt: skip
         if os.environ.get("STABLETRAIN_TEST_OPERATOR_VERBOSE"):
             argv.append("--verbose")
@@ -151,9 +152,9 @@ def running_operator(
     env: Mapping[str, str] = {},
     *,
     progress_write_seconds: float = PROGRESS_WRITE_SECONDS,
-    args: tuple[str, ...] = (),
+    args: Sequence[str] = (),
 ) -> Iterator[OperatorProcess]:
-    """`args`: more operator flags (e.g. --kueue)."""
+    """The operator serving `namespace`, with more command-line `args` (e.g. --kueue)."""
     operator = OperatorProcess(
         plane, namespace, log_path, env, progress_write_seconds=progress_write_seconds, args=args
     )
@@ -198,7 +199,7 @@ def job_manifest(
             "template": {"spec": {"containers": [container], "terminationGracePeriodSeconds": 5}},
         },
         "checkpoints": {
-            "local": {"hostPath": f"/stabletrain-nvme/{name}"},
+            "local": {"hostPath": DEFAULT_HOST_PATH_PREFIXES[0]},
             "pfs": {"claimName": "pfs"},
             "intervalSteps": 5,
         },

@@ -2,8 +2,7 @@
 
 The manifest is the example's own `stabletrainingjob.yaml`, changed only where the local
 node differs from a cluster: there are no images, so the container runs on this host's
-filesystem with the repository as its working directory, and each job gets its own
-hostPath so two jobs never share a node-local tier.
+filesystem with the repository as its working directory.
 """
 
 from __future__ import annotations
@@ -50,7 +49,6 @@ def job_manifest(
     variables = {e["name"]: e["value"] for e in container.get("env", [])}
     variables.update(env)
     container["env"] = [{"name": k, "value": v} for k, v in variables.items() if v is not None]
-    spec["checkpoints"]["local"]["hostPath"] = f"/stabletrain-nvme/{name}"
     if recovery is not None:
         spec["recovery"] = recovery
     if detection is not None:

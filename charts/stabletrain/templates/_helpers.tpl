@@ -57,15 +57,15 @@ app.kubernetes.io/part-of: stabletrain
 {{- include "stabletrain.fullname" . -}}
 {{- end -}}
 
-{{/* Namespaces that get a NetworkPolicy, one per line. */}}
-{{- define "stabletrain.networkPolicyNamespaces" -}}
-{{- $namespaces := .Values.networkPolicy.namespaces -}}
-{{- if not $namespaces -}}
-{{- $namespaces = .Values.watchNamespaces | default (list .Release.Namespace) -}}
+{{/* Who may reach the agent port of every job's pods (--agent-peers, JSON): the operator's
+pods, and Prometheus when the chart's PodMonitor scrapes the agents. */}}
+{{- define "stabletrain.agentPeers" -}}
+{{- $operator := dict "namespaceSelector" (dict "matchLabels" (dict "kubernetes.io/metadata.name" .Release.Namespace)) "podSelector" (dict "matchLabels" (include "stabletrain.selectorLabels" . | fromYaml)) -}}
+{{- $peers := list $operator -}}
+{{- if .Values.podMonitor.enabled -}}
+{{- $peers = append $peers (dict "namespaceSelector" .Values.networkPolicy.prometheus.namespaceSelector "podSelector" .Values.networkPolicy.prometheus.podSelector) -}}
 {{- end -}}
-{{- range $namespaces }}
-{{ . }}
-{{- end -}}
+{{- toJson $peers -}}
 {{- end -}}
 
 {{/* The agents' namespaces as a PodMonitor namespaceSelector. */}}

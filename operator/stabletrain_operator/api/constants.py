@@ -85,6 +85,9 @@ class ConditionType(StrEnum):
     UNSCHEDULABLE = "Unschedulable"
     """Pods of the attempt stayed unschedulable past spec.scheduling.unschedulableSeconds;
     the message names them and the scheduler's reason."""
+    INVALID_SPEC = "InvalidSpec"
+    """True while the spec cannot become pods (the message names each field): nothing is
+    created until the spec changes; False once a launch went ahead."""
 
 
 class Reason(StrEnum):
@@ -152,3 +155,21 @@ class Reason(StrEnum):
     the message)."""
     SCHEDULED = "Scheduled"
     """The pods that were unschedulable got a node."""
+    INVALID_SPEC = "InvalidSpec"
+    """The Event of an InvalidSpec condition that turned True or changed its message."""
+    HOST_PATH_NOT_ALLOWED = "HostPathNotAllowed"
+    """local.hostPath is not one of the node directories the cluster allows."""
+    VOLUME_TYPE_NOT_ALLOWED = "VolumeTypeNotAllowed"
+    """local.volume is not one volume source of the types the cluster allows."""
+    POD_SECURITY = "PodSecurityViolation"
+    """The worker template breaks the Pod Security level the cluster requires."""
+    MALFORMED_TEMPLATE = "MalformedTemplate"
+    """A field of the worker template the operator fills in has the wrong shape."""
+    NAME_NOT_USABLE = "NameNotUsable"
+    """The job's name cannot name its Service, or a pod's hostname would be too long."""
+    REFUSED_BY_API_SERVER = "RefusedByAPIServer"
+    """The API server refused the pods the spec makes (a dry run, or the create itself)."""
+    NAME_TAKEN = "NameTaken"
+    """An object the job needs exists under its name but belongs to something else."""
+    SPEC_ACCEPTED = "SpecAccepted"
+    """InvalidSpec False: the spec became pods."""

@@ -58,6 +58,8 @@ E2E_UNSCHEDULABLE = (
     E2E + "test_unschedulable.py::"
     "test_without_kueue_unschedulable_pods_say_so_with_the_schedulers_words"
 )
+SPEC_CHECK = UNIT + "operator/test_spec_check.py::"
+HOSTILE = INTEG + "test_hostile_tenant.py::"
 GROUP = "the fields below"
 _POD_CONTRACT = PODS + "test_pod_carries_torchrun_settings_and_the_agent_contract"
 
@@ -76,8 +78,12 @@ FIELD_EFFECTS: dict[str, Effect] = {
         PODS + "test_non_default_workers_and_rendezvous_settings_reach_torchrun",
     ),
     "spec.workers.template": _e(
-        "pods.build_pod: the template is each worker pod, the operator's entries added",
+        "pods.build_pod: the template is each worker pod, the operator's entries added; "
+        "tenancy.spec_check: its shape, the cluster's Pod Security level, a dry run",
         PODS + "test_user_env_and_template_survive_but_operator_values_win",
+        SPEC_CHECK + "test_a_malformed_template_names_its_field_instead_of_raising",
+        SPEC_CHECK + "test_pod_security_problems_name_the_template_field_and_the_level",
+        HOSTILE + "test_point4_a_spec_that_cannot_become_pods_is_held_once_and_costs_nothing_more",
     ),
     "spec.workers.template.metadata": _e(
         "pods.build_pod: labels and annotations of every worker pod",
@@ -114,13 +120,18 @@ FIELD_EFFECTS: dict[str, Effect] = {
     "spec.checkpoints": _e(GROUP, PODS + "test_pod_carries_the_checkpoint_settings_of_the_spec"),
     "spec.checkpoints.local": _e(GROUP, _POD_CONTRACT),
     "spec.checkpoints.local.hostPath": _e(
-        "pods._volumes: the local tier's hostPath volume (DirectoryOrCreate)",
+        "pods._volumes: the local tier's hostPath volume <hostPath>/<namespace>/<job> "
+        "(DirectoryOrCreate); tenancy.local_tier: one of the cluster's node directories",
         _POD_CONTRACT,
         E2E_CHECKPOINT_SETTINGS + "test_interval_and_retention_of_the_spec_are_what_the_pods_do",
+        SPEC_CHECK + "test_a_node_directory_must_be_one_the_cluster_allows",
+        HOSTILE + "test_point1_a_job_gets_its_own_node_directory_and_nothing_more",
     ),
     "spec.checkpoints.local.volume": _e(
-        "pods._volumes: the local tier's volume source instead of a hostPath",
+        "pods._volumes: the local tier's volume source instead of a hostPath; "
+        "tenancy.local_tier: one source of a type the cluster allows",
         PODS + "test_a_local_volume_and_a_pfs_sub_path_are_what_the_pod_mounts",
+        SPEC_CHECK + "test_a_local_volume_must_be_one_source_of_an_allowed_type",
     ),
     "spec.checkpoints.local.retention": _e(
         "pods.checkpoint_env (STABLETRAIN_LOCAL_RETENTION) -> CheckpointConfig.keep_local -> "

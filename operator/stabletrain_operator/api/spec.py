@@ -40,6 +40,24 @@ QUANTITY_PATTERN = (
 """Kubernetes resource.Quantity syntax (e.g. 500Gi, 2T, 1e12)."""
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 """DNS-1123 label: rule names show up in Events, metrics labels and condition messages."""
+NODE_DIRECTORY_MESSAGE = (
+    "hostPath must be a directory below / without empty, . or .. segments "
+    "(the node's root directory is never mounted)"
+)
+
+
+def bad_directory(path: str) -> str | None:
+    """Why `path` cannot be a node directory (None: it can): it must be absolute, below `/`,
+    and free of empty, `.` and `..` segments. The CEL rule on LocalTierSpec says the same to
+    the API server; which directories a job may use is the cluster's setting."""
+    if not path.startswith("/"):
+        return "it is not an absolute path"
+    segments = path.rstrip("/").split("/")[1:]
+    if not segments:
+        return "it is the node's root directory"
+    if any(segment in ("", ".", "..") for segment in segments):
+        return "it has an empty, . or .. segment"
+    return None
 
 
 def _quantity(value: int | str) -> int | str:
@@ -112,7 +130,10 @@ class WorkersSpec(ApiModel):
     """Ranks in each pod (torchrun --nproc-per-node), typically one per GPU."""
     template: dict[str, Any] = Field(json_schema_extra=POD_TEMPLATE)
     """A core/v1 PodTemplateSpec, passed through unchanged (unknown fields kept). The
-    operator adds the torchrun command's environment, the tier volumes and the agent's env."""
+    operator adds the torchrun command's environment, the tier volumes and the agent's env,
+    and `automountServiceAccountToken: false` unless the template sets it. It must meet the
+    cluster's Pod Security level (the operator's --pod-security, by default baseline), or the
+    job is held with InvalidSpec before any pod exists."""
     container_name: str | None = Field(default=None, max_length=63)
     """Container that runs torchrun; null means the first container."""
     rendezvous: RendezvousSpec = Field(default_factory=RendezvousSpec)
@@ -137,16 +158,26 @@ class LocalTierSpec(ApiModel):
                 "has(self.hostPath) != has(self.volume)",
                 "set exactly one of hostPath or volume",
                 "",
-            )
+            ),
+            (
+                "!has(self.hostPath) || (self.hostPath.matches('^(/[^/]+)+/?$')"
+                " && !self.hostPath.matches('(^|/)[.][.]?(/|$)'))",
+                NODE_DIRECTORY_MESSAGE,
+                ".hostPath",
+            ),
         )
     )
 
     host_path: str | None = Field(default=None, pattern="^/.*", max_length=4096)
-    """Directory on the node, mounted as a hostPath volume (type DirectoryOrCreate). Each pod
-    keeps its copies under `node-<node rank>/` in it, so two pods of the job on one node never
-    touch each other's; give every job a directory of its own."""
+    """A node directory the cluster allows (the operator's --host-path-prefixes, by default
+    /var/lib/stabletrain). The pods mount `<hostPath>/<namespace>/<job>` (a hostPath volume
+    of type DirectoryOrCreate), so every job has a directory of its own; each pod keeps its
+    copies under `node-<node rank>/` in it, so two pods of the job on one node never touch
+    each other's. Any other directory holds the job with InvalidSpec."""
     volume: dict[str, Any] | None = Field(default=None, json_schema_extra=PRESERVE_UNKNOWN)
-    """Any core/v1 volume source instead (e.g. an ephemeral or local PersistentVolume claim)."""
+    """A core/v1 volume source instead, of a type the cluster allows (the operator's
+    --local-volume-types, by default emptyDir, ephemeral and persistentVolumeClaim; never
+    hostPath)."""
     retention: int = Field(default=DEFAULT_RETENTION, ge=MIN_KEEP, le=1000)
     """Regular checkpoints each pod keeps on its node (spike markers and the rollback target
     come on top); at least 2 so the rollback target survives a new save. While the newest
@@ -160,6 +191,12 @@ class LocalTierSpec(ApiModel):
     def _one_source(self) -> Self:
         if (self.host_path is None) == (self.volume is None):
             raise ValueError("set exactly one of hostPath or volume")
+        return self
+
+    @model_validator(mode="after")
+    def _node_directory(self) -> Self:
+        if self.host_path is not None and bad_directory(self.host_path) is not None:
+            raise ValueError(NODE_DIRECTORY_MESSAGE)
         return self
 
 

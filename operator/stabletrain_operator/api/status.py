@@ -85,6 +85,9 @@ class Suspect(ApiModel):
     avoid: bool = True
     """Whether its node joins the suspect list (false when the evidence cannot tell the
     culprit from the ranks that waited for it, or the fault is the job's, not the node's)."""
+    node_lost: bool = False
+    """Whether the node itself stopped reporting (the node controller marked the pod not
+    ready): evidence from the control plane, which no pod can write."""
 
 
 class SuspectNode(ApiModel):
@@ -94,6 +97,10 @@ class SuspectNode(ApiModel):
     """Node name."""
     incidents: int = Field(ge=1)
     """Incidents of this job attributed to the node while it was on the list."""
+    node_lost_incidents: int = Field(default=0, ge=0)
+    """Those of them in which the node itself stopped reporting; only these count toward
+    node remediation (the operator's --remediate-nodes), since the others rest on what the
+    job's own pods did or wrote."""
     last_reason: str = Field(max_length=512)
     """The evidence of the newest incident."""
     last_incident_at: AwareDatetime

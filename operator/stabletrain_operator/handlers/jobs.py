@@ -24,7 +24,7 @@ from kubernetes.client.exceptions import ApiException
 
 from stabletrain_operator import metrics
 from stabletrain_operator.api.constants import GROUP, PLURAL, VERSION
-from stabletrain_operator.handlers.pod_index import PodKey
+from stabletrain_operator.handlers.pod_index import OwnerKey, PodKey
 from stabletrain_operator.handlers.wakeups import Wakeups, sleep_until
 from stabletrain_operator.jobview import DEFAULT_PROGRESS_WRITE_SECONDS
 from stabletrain_operator.kube import Kube, StaleStatusError
@@ -34,8 +34,12 @@ from stabletrain_operator.reconcile import JobKey, JobMemory, tick
 
 TICK_SECONDS = 0.5
 """The clock of a phase that waits on time (reconcile.JobMemory.next_tick_at is then 0): the
-least time between two ticks that no watch event asked for, and the pause after an API
+least time between two ticks that no watch event asked for, and the pause after a first
 error."""
+ERROR_BACKOFF_MAX_SECONDS = 30.0
+"""The longest pause after errors in a row: the pause doubles from TICK_SECONDS with each
+failed tick, so an error that does not go away (an API server that keeps refusing, a bug a
+spec triggers) costs a request every 30 s, not two a second."""
 EVENT_GAP_SECONDS = 0.1
 """The least time between two ticks of one job, when a watch event of its pods or its object
 asks for the second. The ranks of a trip end within milliseconds, but kopf hands on each
@@ -59,7 +63,7 @@ async def run_job(
 ) -> None:
     if namespace is None:
         return
-    worker_pods: kopf.Index[PodKey, PodFacts] = kwargs["worker_pods"]
+    worker_pods: kopf.Index[OwnerKey, PodFacts] = kwargs["worker_pods"]
     """Injected by kopf under the index function's name (handlers/pod_index.py)."""
     job_workloads: kopf.Index[PodKey, WorkloadFacts] | None = kwargs.get("job_workloads")
     """Only with --kueue (handlers/workloads.py)."""
@@ -80,7 +84,7 @@ async def _reconcile(
     key: JobKey,
     body: kopf.Body,
     *,
-    worker_pods: kopf.Index[PodKey, PodFacts],
+    worker_pods: kopf.Index[OwnerKey, PodFacts],
     kube: Kube,
     memo: Any,
     woken: asyncio.Event,
@@ -91,10 +95,11 @@ async def _reconcile(
     memory = JobMemory()
     seen: tuple[object, ...] | None = None
     ticked_at = -TICK_SECONDS
+    failures = 0
     while not stopped:
         try:
             woken.clear()  # before the look: a change after it wakes the sleep below
-            indexed = list(worker_pods.get((namespace, name), []))
+            indexed = list(worker_pods.get((namespace, name, str(body.metadata.get("uid"))), []))
             workloads = list(job_workloads.get((namespace, name), [])) if job_workloads else []
             world = (body.metadata.get("resourceVersion"), *indexed, *workloads)
             due = max(memory.next_tick_at, ticked_at + TICK_SECONDS)
@@ -114,17 +119,34 @@ async def _reconcile(
                 pacer=memo.get("pacer"),
                 kueue=memo.get("kueue"),
                 workloads=workloads,
+                votes=memo.get("node_votes"),
+                tenancy=memo.get("tenancy"),
             )
+            failures = 0
         except StaleStatusError:
             metrics.RECONCILE_ERRORS.labels("Conflict").inc()
             alive, seen = True, None  # tick again at once
         except ApiException as error:
-            seen = None
+            seen, alive, failures = None, True, failures + 1
             metrics.RECONCILE_ERRORS.labels("ApiError").inc()
-            _log.warning("job %s/%s: API error %s %s; retrying", namespace, name, error.status,
-                         error.reason)  # fmt: skip
-            alive = True
-            await stopped.wait(TICK_SECONDS)
+            pause = _backoff(failures)
+            _log.warning("job %s/%s: API error %s %s; retrying in %.1f s", namespace, name,
+                         error.status, error.reason, pause)  # fmt: skip
+            await stopped.wait(pause)
+        except Exception:
+            # A bug the job's data triggers: kopf would restart the daemon every second,
+            # repeating every request of its first tick; the loop backs off instead.
+            seen, alive, failures = None, True, failures + 1
+            metrics.RECONCILE_ERRORS.labels("Unexpected").inc()
+            pause = _backoff(failures)
+            _log.exception("job %s/%s: reconcile failed; retrying in %.1f s", namespace, name,
+                           pause)  # fmt: skip
+            await stopped.wait(pause)
         if not alive:
             return
         await stopped.wait(EVENT_GAP_SECONDS)
+
+
+def _backoff(failures: int) -> float:
+    """The pause after `failures` failed ticks in a row."""
+    return min(TICK_SECONDS * 2.0 ** (failures - 1), ERROR_BACKOFF_MAX_SECONDS)

@@ -111,7 +111,7 @@ def failure_suspects(failed: Sequence[PodFacts], pods: int | None = None) -> tup
     total = max(pods or 0, len(failed))
     by_node = [p for p in failed if _lost_to_its_node(p)]
     if by_node:
-        return tuple(_suspect(p, _how(p), True) for p in by_node)
+        return tuple(_suspect(p, _how(p), True, node_lost=p.node_silent) for p in by_node)
     signalled = [p for p in failed if worker_signal(p) is not None]
     candidates = signalled if signalled and len(signalled) < len(failed) else list(failed)
     stamped = [p for p in candidates if p.finished_at is not None]
@@ -124,8 +124,10 @@ def failure_suspects(failed: Sequence[PodFacts], pods: int | None = None) -> tup
     return tuple(_suspect(p, _how(p), certain) for p in earliest)
 
 
-def _suspect(pod: PodFacts, reason: str, certain: bool) -> Suspect:
-    return Suspect(rank=pod.rank, node=pod.node, reason=reason[:512], avoid=certain)
+def _suspect(pod: PodFacts, reason: str, certain: bool, *, node_lost: bool = False) -> Suspect:
+    return Suspect(
+        rank=pod.rank, node=pod.node, reason=reason[:512], avoid=certain, node_lost=node_lost
+    )
 
 
 def failure_signature(pod: PodFacts) -> str:

@@ -35,9 +35,11 @@ def remember_suspects(
             continue
         known = by_node.pop(suspect.node, None)
         count = 1 if known is None else known.incidents + 1
+        lost = (0 if known is None else known.node_lost_incidents) + int(suspect.node_lost)
         by_node[suspect.node] = SuspectNode(
             node=suspect.node,
             incidents=count,
+            node_lost_incidents=lost,
             last_reason=suspect.reason,
             last_incident_at=now,
             expires_at=expires,

@@ -23,6 +23,7 @@ from stabletrain_operator.api.constants import GROUP, Phase
 from stabletrain_operator.api.spec import PreflightMode, StableTrainingJobSpec
 from stabletrain_operator.api.status import StableTrainingJobStatus
 from stabletrain_operator.kube import Kube
+from stabletrain_operator.ownership import owned_by
 from stabletrain_operator.preflight.condition import PodOutcome, PreflightPodResult
 
 Json = dict[str, Any]
@@ -133,10 +134,12 @@ def needs_preflight_pod(spec: StableTrainingJobSpec, status: StableTrainingJobSt
 def ensure_preflight_pod(
     kube: Kube, job: pods.JobRef, spec: StableTrainingJobSpec, generation: int | None
 ) -> PreflightPodResult:
-    """Read the generation's preflight pod, creating it when it does not exist (idempotent)."""
+    """Read the generation's preflight pod, creating it when it does not exist (idempotent;
+    a pod of that name the job does not control is never read: the create raises
+    NotOwnedError)."""
     name = preflight_pod_name(job.name, generation)
     for pod in kube.list_pods(job.namespace, f"{PREFLIGHT_LABEL}={job.name}"):
-        if pod["metadata"]["name"] == name:
+        if pod["metadata"]["name"] == name and owned_by(pod, job.uid):
             return read_preflight_pod(pod)
     kube.create(build_preflight_pod(spec, job, generation))
     return PreflightPodResult(name, PodOutcome.PENDING)

@@ -56,6 +56,7 @@ from kubernetes import client
 
 from stabletrain_agent.checkpoint.layout import MANIFEST_NAME, TEMP_PREFIX
 from stabletrain_agent.checkpoint.manifest import CheckpointCorruptError, verify_copy
+from stabletrain_operator import naming
 from stabletrain_operator.api.constants import GROUP, PLURAL, VERSION
 from stabletrain_operator.naming import ATTEMPT_LABEL, job_selector
 from support.controlplane import ControlPlane
@@ -442,7 +443,8 @@ class Injector:
             raise InjectionError("the job's local tier is not a hostPath; cannot find its copies")
         found = []
         for node in self.cluster.node_names:
-            root = self.cluster.host_path(node, host_path)
+            job_path = naming.local_tier_host_path(host_path, self.namespace, self.job)
+            root = self.cluster.host_path(node, job_path)
             found += [
                 (step, attempt, directory)
                 for part in root.glob("node-*")

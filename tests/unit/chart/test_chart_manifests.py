@@ -1,6 +1,7 @@
 """What `helm template` renders: least-privilege RBAC, restricted pod security, probes that
-point at kopf's liveness endpoint, the HA switch, the NetworkPolicy's port arithmetic, and
-alert and dashboard queries that name series the agent really exports."""
+point at kopf's liveness endpoint, the HA switch, the operator arguments behind every job's
+NetworkPolicy and the tenancy limits, and alert and dashboard queries that name series the
+agent really exports."""
 
 from __future__ import annotations
 
@@ -18,7 +19,10 @@ from prometheus_client import CollectorRegistry
 from stabletrain_agent.contract import env
 from stabletrain_agent.directive_inbox import DirectiveSource
 from stabletrain_agent.export import AgentExporter
-from stabletrain_operator import metrics, naming
+from stabletrain_operator import metrics, naming, pods
+from stabletrain_operator.remediation import NodeAction, NodeRemediation
+from stabletrain_operator.tenancy.network_policy import NetworkSettings, build_network_policy
+from stabletrain_operator.tenancy.settings import PodSecurityLevel
 from support.chart import ALL_ON_VALUES, CHART, Manifest, Rendered, parse_promql, render
 
 CLUSTER_ALL_ON, NAMESPACED_ALL_ON = ALL_ON_VALUES
@@ -197,21 +201,40 @@ def test_namespaced_ha_peers_in_every_watched_namespace() -> None:
     assert out.one("CustomResourceDefinition")["spec"]["scope"] == "Namespaced"
 
 
-# --- NetworkPolicy ------------------------------------------------------------------------
+# --- Each job's NetworkPolicy, made by the operator from the chart's arguments -----------
+
+JOB = pods.JobRef("gpt", "team-a", "uid-1")
 
 
-def test_agent_port_is_open_only_to_the_operator_and_prometheus() -> None:
+def job_policy(out: Rendered, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """The NetworkPolicy the operator the chart configures gives a job."""
+    args = parse_operator_args(operator_argv(out), monkeypatch)
+    assert args.network_policy is True
+    settings = NetworkSettings(
+        enabled=args.network_policy,
+        agent_peers=args.agent_peers,
+        extra_ingress=args.network_policy_extra_ingress,
+    )
+    return build_network_policy(JOB, args.agent_port, settings)
+
+
+def test_every_job_gets_a_policy_whose_agent_port_admits_the_operator_and_prometheus(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     out = render(values_files=(CLUSTER_ALL_ON,))
-    (policy,) = out.of_kind("NetworkPolicy")
-    assert policy["metadata"]["namespace"] == "stabletrain-system"
-    agent_rule, workers_rule, extra = policy["spec"]["ingress"]
+    assert out.of_kind("NetworkPolicy") == [], "no namespace-wide policy: each job has its own"
+    workers_rule, agent_rule, extra = job_policy(out, monkeypatch)["spec"]["ingress"]
     assert agent_rule["ports"] == [{"protocol": "TCP", "port": env.DEFAULT_AGENT_PORT}]
     operator_peer, prometheus_peer = agent_rule["from"]
     operator_labels = out.one("Deployment")["spec"]["template"]["metadata"]["labels"]
     assert operator_peer["podSelector"]["matchLabels"].items() <= operator_labels.items()
+    assert operator_peer["namespaceSelector"] == {
+        "matchLabels": {"kubernetes.io/metadata.name": "stabletrain-system"}
+    }
     assert prometheus_peer["podSelector"] == {
         "matchLabels": {"app.kubernetes.io/name": "prometheus"}
     }
+    assert workers_rule["from"] == [{"podSelector": {"matchLabels": {naming.JOB_LABEL: "gpt"}}}]
     assert workers_rule["ports"] == [
         {"protocol": "TCP", "port": 1, "endPort": env.DEFAULT_AGENT_PORT - 1},
         {"protocol": "TCP", "port": env.DEFAULT_AGENT_PORT + 1, "endPort": 65535},
@@ -219,13 +242,30 @@ def test_agent_port_is_open_only_to_the_operator_and_prometheus() -> None:
     assert extra["ports"] == [{"port": 6006, "protocol": "TCP"}]
 
 
+def test_by_default_only_the_operator_reaches_the_agent_port(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    out = render()
+    _, agent_rule = job_policy(out, monkeypatch)["spec"]["ingress"]
+    (operator_peer,) = agent_rule["from"]
+    assert operator_peer["namespaceSelector"]["matchLabels"] == {
+        "kubernetes.io/metadata.name": "stabletrain-system"
+    }
+    granted = {(g, r) for rule in rules(out) for g in rule["apiGroups"] for r in rule["resources"]}
+    assert ("networking.k8s.io", "networkpolicies") in granted
+
+
+def test_without_job_policies_the_operator_makes_none_and_may_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    out = render(sets=["networkPolicy.enabled=false"])
+    assert parse_operator_args(operator_argv(out), monkeypatch).network_policy is False
+    assert all("networkpolicies" not in rule["resources"] for rule in rules(out))
+
+
 def test_agent_selector_uses_the_operators_job_label() -> None:
     out = render(values_files=(NAMESPACED_ALL_ON,))
-    policies = out.of_kind("NetworkPolicy")
-    assert sorted(p["metadata"]["namespace"] for p in policies) == ["team-a", "team-b"]
     expected = {"matchExpressions": [{"key": naming.JOB_LABEL, "operator": "Exists"}]}
-    for policy in policies:
-        assert policy["spec"]["podSelector"] == expected
     monitor = out.one("PodMonitor")
     assert monitor["spec"]["selector"] == expected
     assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["team-a", "team-b"]}
@@ -240,8 +280,24 @@ def test_agent_port_reaches_the_operator_and_the_monitoring(
     assert parse_operator_args(operator_argv(out), monkeypatch).agent_port == 9555
     (endpoint,) = out.one("PodMonitor")["spec"]["podMetricsEndpoints"]
     assert endpoint["portNumber"] == 9555
-    (policy,) = out.of_kind("NetworkPolicy")
-    assert policy["spec"]["ingress"][0]["ports"] == [{"protocol": "TCP", "port": 9555}]
+    _, agent_rule, _ = job_policy(out, monkeypatch)["spec"]["ingress"]
+    assert agent_rule["ports"] == [{"protocol": "TCP", "port": 9555}]
+
+
+def test_the_tenancy_values_reach_the_operator(monkeypatch: pytest.MonkeyPatch) -> None:
+    defaults = parse_operator_args(operator_argv(render()), monkeypatch)
+    assert defaults.host_path_prefixes == ("/var/lib/stabletrain",)
+    assert defaults.local_volume_types == {"emptyDir", "ephemeral", "persistentVolumeClaim"}
+    assert defaults.pod_security is PodSecurityLevel.BASELINE
+    args = parse_operator_args(operator_argv(render(values_files=(CLUSTER_ALL_ON,))), monkeypatch)
+    assert args.host_path_prefixes == ("/mnt/nvme0", "/mnt/nvme1")
+    assert args.local_volume_types == {"emptyDir", "ephemeral", "csi"}
+    assert args.pod_security is PodSecurityLevel.RESTRICTED
+    assert args.remediate_nodes == NodeRemediation(NodeAction.CORDON, 4)
+    assert args.remediate_min_jobs == 3
+    none = render(sets=["tenancy.hostPathPrefixes=null", "tenancy.localVolumeTypes=null"])
+    nothing = parse_operator_args(operator_argv(none), monkeypatch)
+    assert (nothing.host_path_prefixes, nothing.local_volume_types) == ((), frozenset())
 
 
 def test_every_value_is_read_by_a_template() -> None:
@@ -261,15 +317,6 @@ def test_every_value_is_read_by_a_template() -> None:
         return [path]
 
     assert [key for name, value in values.items() for key in unread(value, f".Values.{name}")] == []
-
-
-@pytest.mark.parametrize("port", [1, 65535])
-def test_agent_port_at_either_end_leaves_one_worker_range(port: int) -> None:
-    out = render(sets=["networkPolicy.enabled=true", f"agent.port={port}"])
-    (policy,) = out.of_kind("NetworkPolicy")
-    (workers,) = policy["spec"]["ingress"][1:]
-    low, high = (2, 65535) if port == 1 else (1, 65534)
-    assert workers["ports"] == [{"protocol": "TCP", "port": low, "endPort": high}]
 
 
 # --- alerts and dashboard name real series ------------------------------------------------

@@ -39,12 +39,13 @@ NODE_PERMISSIONS_BY_INSTALL = {
 """Cluster-scoped calls the operator makes only where the install allows them; each is
 checked against its values below instead of in every install."""
 VERB = {"read": "get", "replace": "update"}
-CORE_RESOURCES = {
-    "pod": "pods",
-    "service": "services",
-    "config_map": "configmaps",
-    "secret": "secrets",
-    "event": "events",
+RESOURCES = {
+    "pod": ("", "pods"),
+    "service": ("", "services"),
+    "config_map": ("", "configmaps"),
+    "secret": ("", "secrets"),
+    "event": ("", "events"),
+    "network_policy": ("networking.k8s.io", "networkpolicies"),
 }
 KOPF_HANDLER_NEEDS = {"daemon": ("list", "watch", "patch"), "index": ("list", "watch")}
 """What a kopf handler of that kind does with its resource: watch it (after a list), and
@@ -101,8 +102,9 @@ def api_calls() -> set[Permission]:
                 group, plural = _custom_object(calls.get(id(node)), 3)
                 needed.add((group, plural + ("/status" if status else ""), verb))
             else:
-                assert resource in CORE_RESOURCES, f"{path.name}: unmapped call {node.attr}"
-                needed.add(("", CORE_RESOURCES[resource] + ("/status" if status else ""), verb))
+                assert resource in RESOURCES, f"{path.name}: unmapped call {node.attr}"
+                group, plural = RESOURCES[resource]
+                needed.add((group, plural + ("/status" if status else ""), verb))
     return needed
 
 
@@ -150,6 +152,7 @@ def test_the_scan_finds_the_operators_calls() -> None:
     """The negative control: the scan is not vacuous."""
     calls = api_calls()
     assert ("", "secrets", "get") in calls
+    assert ("networking.k8s.io", "networkpolicies", "update") in calls
     assert (GROUP, f"{PLURAL}/status", "patch") in calls
     assert ("", "pods", "list") in kopf_watches()
 

@@ -43,9 +43,9 @@ async def run_daemon(
         return True
 
     monkeypatch.setattr(jobs, "tick", fake_tick)
-    index: dict[tuple[str, str], list[Any]] = {("ns", "job"): []}
+    index: dict[tuple[str, str, str], list[Any]] = {("ns", "job", "uid-1"): []}
     woken, stopper = asyncio.Event(), Stopper()
-    body = SimpleNamespace(metadata={"resourceVersion": "1"})
+    body = SimpleNamespace(metadata={"resourceVersion": "1", "uid": "uid-1"})
     daemon = asyncio.create_task(
         jobs._reconcile(
             JobKey("ns", "job"), body, worker_pods=index, kube=None,  # type: ignore[arg-type]
@@ -65,7 +65,7 @@ def test_a_pod_event_right_after_a_tick_is_acted_on_within_the_event_gap(
 ) -> None:
     async def second_rank_ends(index: dict[Any, list[Any]], woken: asyncio.Event) -> None:
         await asyncio.sleep(0.05)
-        index[("ns", "job")].append("rank-1 Failed")
+        index[("ns", "job", "uid-1")].append("rank-1 Failed")
         woken.set()
 
     ticks = asyncio.run(

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 import pytest
-from operator_builders import spec
+from operator_builders import TORCHRUN, spec
 
 from stabletrain_agent.contract import env
 from stabletrain_agent.contract.directives import parse_directives
@@ -61,9 +61,9 @@ def test_pod_carries_torchrun_settings_and_the_agent_contract() -> None:
     assert container["ports"] == [{"name": "st-agent", "containerPort": 9400, "protocol": "TCP"}]
     volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
     assert volumes["stabletrain-local"]["hostPath"] == {
-        "path": "/nvme",
+        "path": "/nvme/team/gpt",
         "type": "DirectoryOrCreate",
-    }
+    }, "the job's own directory below the node directory its spec names"
     assert volumes["stabletrain-pfs"]["persistentVolumeClaim"] == {"claimName": "pfs"}
     assert volumes["stabletrain-directives"]["configMap"] == {"name": "gpt-a3-directives"}
     assert volumes["stabletrain-memory"]["emptyDir"] == {"medium": "Memory"}
@@ -73,6 +73,14 @@ def test_pod_carries_torchrun_settings_and_the_agent_contract() -> None:
     assert mounts["stabletrain-memory"] == variables[env.MEMORY_CHECKPOINT_DIR]
     assert mounts["stabletrain-memory"].startswith(f"{pods.ROOT_DIR}/")
     assert "affinity" not in pod["spec"]
+    assert pod["spec"]["automountServiceAccountToken"] is False
+
+
+def test_a_service_account_token_is_mounted_only_when_the_template_asks() -> None:
+    container = {"name": "trainer", "command": TORCHRUN}
+    template = {"spec": {"containers": [container], "automountServiceAccountToken": True}}
+    pod = pods.build_pod(spec(workers={"nodes": 2, "template": template}), JOB, 0, 0)
+    assert pod["spec"]["automountServiceAccountToken"] is True
 
 
 def test_rank_zero_hosts_the_rendezvous_store() -> None:
