@@ -69,7 +69,10 @@ def run(out: Path, work: Path) -> int:
             f"{last['step']}, loss {last['loss']:.3f}"
         )
         say("\nrecovery timeline (seconds after the first anomalous step):")
-        say(format_timeline(rollback_timeline(recorder, logs)))
+        timeline = rollback_timeline(
+            recorder, logs, pod_log=lambda pod: cluster.logs(NAMESPACE, pod)
+        )
+        say(format_timeline(timeline))
         say(f"\n$ kubectl get stj -n {NAMESPACE}")
         say(kubectl(plane, "get", "stj", "-n", NAMESPACE).rstrip())
         selector = f"involvedObject.name={JOB}"

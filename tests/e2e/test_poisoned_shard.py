@@ -20,6 +20,7 @@ import pytest
 from kubernetes import client
 
 from stabletrain_operator.api.spec import default_rules
+from support.kept_pods import pods_of
 from support.localnode import LocalCluster
 from support.operator import Jobs
 from support.timeline import Recorder, format_timeline, rollback_timeline
@@ -54,6 +55,8 @@ def test_poisoned_shard_heals_with_the_default_policy(
         # 20-35 steps/s that is about one second, and an idle run sometimes tripped before a
         # scrape had carried a baseline. A step floor gives the 1 s scrapes a few chances.
         jobs.create(job_manifest("poisoned", {"TINYGPT_STEP_SECONDS": "0.05"}))
+        jobs.wait("poisoned", lambda s: (s.get("step") or 0) >= 20, 300, "attempt 0 to train")
+        before = pods_of(jobs, "poisoned")
         done = jobs.wait("poisoned", lambda s: s.get("phase") in ("Succeeded", "Failed"), 600,
                          "the job to heal")  # fmt: skip
     assert done["phase"] == "Succeeded", done.get("conditions")
@@ -68,6 +71,15 @@ def test_poisoned_shard_heals_with_the_default_policy(
     assert entry["toStep"] <= onset - 100, "default: at least 100 steps before the onset"
     assert entry["toStep"] == 25, "the newest stable checkpoint that far back"
     assert resumed[0]["step"] == entry["toStep"] + 1
+    # In place: the same two pods ran both attempts; each rank's own log says it restored
+    # exactly the step status records, from a tier that keeps history (never memory).
+    after = pods_of(jobs, "poisoned")
+    assert {n: p.uid for n, p in after.items()} == {n: p.uid for n, p in before.items()}
+    assert (entry["restartedInPlace"], entry["replacedPods"]) == (2, 0)
+    for rank in (0, 1):
+        start = logs.events(1, rank)[0]
+        assert (start["event"], start["restored_step"]) == ("start", entry["toStep"]), start
+        assert start["restored_from"] in ("local", "pfs"), start
 
     # The skip list names the suspect shards of the spike window: the poisoned one and the
     # clean one read by the two steps before the onset (lineage.SUSPECT_LEAD_STEPS).

@@ -10,6 +10,7 @@ pods running, its first step, and the directives confirmed (Confirming left behi
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -134,6 +135,16 @@ class Recorder:
         seen = [phase for _, phase, _ in self.phases()]
         raise AssertionError(f"timed out after {timeout} s waiting for {what}; phases: {seen}")
 
+    def pods_of(self, attempt: int) -> set[str]:
+        """Names of the pods the watch saw labelled with `attempt` (kept ones included)."""
+        return {
+            str((seen.obj.get("metadata") or {}).get("name"))
+            for seen in self.snapshot()
+            if seen.kind == "pod"
+            and ((seen.obj.get("metadata") or {}).get("labels") or {}).get(ATTEMPT_LABEL)
+            == str(attempt)
+        }
+
     def pods_running(self, attempt: int, count: int) -> float | None:
         """When `count` pods of `attempt` had first been seen Running."""
         first: dict[str, float] = {}
@@ -162,6 +173,10 @@ class RollbackTimeline:
     relaunched_at: float | None
     first_resumed_step_at: float | None
     confirmed_at: float | None
+    restarted_in_place: int = 0
+    """Pods of the next attempt whose processes were restarted in place."""
+    replaced: int = 0
+    """Pods of the next attempt created anew."""
 
     @property
     def steps_lost(self) -> int:
@@ -183,23 +198,61 @@ class RollbackTimeline:
              f"step {self.onset_step} (attempt {self.from_attempt})"),
             ("agent tripped", rel(self.trip_at), f"step {self.trip_step}, all ranks"),
             ("operator detected", rel(self.detected_at), "job phase Stopping"),
-            ("pods stopped", rel(self.stopped_at), "every pod gone, phase Planning"),
+            ("pods stopped", rel(self.stopped_at), "processes ended, phase Planning"),
             ("plan made", rel(self.planned_at),
              f"resume from step {self.resume_step}, phase Relaunching"),
-            ("pods relaunched", rel(self.relaunched_at), f"attempt {after} pods Running"),
+            ("pods relaunched", rel(self.relaunched_at),
+             f"attempt {after} started: {self.restarted_in_place} pod(s) in place, "
+             f"{self.replaced} new"),
             ("first resumed step", rel(self.first_resumed_step_at), f"step {self.resume_step + 1}"),
             ("directives confirmed", rel(self.confirmed_at), "phase Confirming left"),
         ]  # fmt: skip
 
 
-def _parse_time(value: str) -> float:
-    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+def _at(value: object) -> float:
+    """A time as the status writes it (ISO 8601), or already seconds since the epoch."""
+    if isinstance(value, int | float):
+        return float(value)
+    return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+
+
+_STARTED = re.compile(r"^(\S+ \S+) stabletrain-supervisor supervisor: attempt (\d+) started", re.M)
+
+
+def supervisor_started(pod_log: str, attempt: int) -> float | None:
+    """When the pod's supervisor started `attempt` (its log's clock is this host's)."""
+    for stamp, started in _STARTED.findall(pod_log):
+        if int(started) == attempt:
+            return datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp()
+    return None
+
+
+def _relaunched(
+    recorder: Recorder, attempt: int, nodes: int, pod_log: Callable[[str], str] | None
+) -> tuple[float | None, int, int]:
+    """When every pod of `attempt` ran it (each supervised pod from its supervisor's log:
+    a pod kept in place was Running all along), and how many were kept and new."""
+    names = recorder.pods_of(attempt)
+    job_prefix = f"{recorder.job}-a{attempt}-"
+    kept = sum(1 for name in names if not name.startswith(job_prefix))
+    new = len(names) - kept
+    if pod_log is None:
+        return recorder.pods_running(attempt, nodes), kept, new
+    times = [supervisor_started(pod_log(name), attempt) for name in names]
+    if len(times) < nodes or any(t is None for t in times):
+        return recorder.pods_running(attempt, nodes), kept, new
+    return max(t for t in times if t is not None), kept, new
 
 
 def rollback_timeline(
-    recorder: Recorder, logs: StepLogs, nodes: int = 2, episode: int = 0
+    recorder: Recorder,
+    logs: StepLogs,
+    nodes: int = 2,
+    episode: int = 0,
+    pod_log: Callable[[str], str] | None = None,
 ) -> RollbackTimeline:
-    """The `episode`-th rollback the recorder saw (0: the first)."""
+    """The `episode`-th rollback the recorder saw (0: the first); `pod_log(name)` reads a
+    pod's log, for the moment its supervisor started the next attempt."""
     phases = recorder.phases()
     stops = [i for i, (_, phase, _) in enumerate(phases) if phase == "Stopping"]
     if len(stops) <= episode:
@@ -228,22 +281,28 @@ def rollback_timeline(
     confirmed_at = None
     if confirming is not None and confirming + 1 < len(phases):
         confirmed_at = phases[confirming + 1][0]
-    onset = int(trip.get("onsetStep") or plan.get("onsetStep") or trip["step"])
     before = {r["step"]: r["time"] for r in logs.steps(from_attempt)}
+    if not trip:  # a failure (a killed rank): it struck right after the last step finished
+        last = max(before)
+        trip = {"step": last, "onsetStep": last, "trippedAt": before[last]}
+    onset = int(trip.get("onsetStep") or plan.get("onsetStep") or trip["step"])
     resumed = logs.steps(from_attempt + 1)
+    relaunched_at, kept, new = _relaunched(recorder, from_attempt + 1, nodes, pod_log)
     return RollbackTimeline(
         from_attempt=from_attempt,
         onset_step=onset,
         trip_step=int(trip["step"]),
         resume_step=int(plan.get("targetStep") or 0),
         anomalous_step_at=float(before[onset]),
-        trip_at=_parse_time(str(trip["trippedAt"])),
+        trip_at=_at(trip["trippedAt"]),
         detected_at=detected_at,
         stopped_at=stopped[0],
         planned_at=planned[0],
-        relaunched_at=recorder.pods_running(from_attempt + 1, nodes),
+        relaunched_at=relaunched_at,
         first_resumed_step_at=float(resumed[0]["time"]) if resumed else None,
         confirmed_at=confirmed_at,
+        restarted_in_place=kept,
+        replaced=new,
     )
 
 

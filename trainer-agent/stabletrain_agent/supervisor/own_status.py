@@ -41,13 +41,18 @@ class TierScan:
         return self._tiers.pod if self._tiers is not None else None
 
     def records(self) -> tuple[list[CheckpointRecord], bool | None, str]:
-        """The records, whether the PFS could be read (None: no tiers), and why not."""
+        """The records, whether the PFS could be read, and why not. None instead of a bool
+        when the scan is no evidence of what exists: no tiers, or nothing in the agent's
+        layout on them (a script that keeps its checkpoints its own way), so the operator
+        adds what the scan found and forgets nothing it knew."""
         if self._tiers is None:
             return [], None, ""
         try:
             records = scan_tiers(self._tiers, self._cache)
         except OSError as error:
             return [], False, f"checkpoint scan failed: {error}"[:1024]
+        if not records:
+            return [], None, ""
         readable = self._tiers.pfs_root.is_dir()
         return records, readable, "" if readable else f"{self._tiers.pfs_root} not readable"
 
@@ -55,8 +60,9 @@ class TierScan:
 def own_status(
     environ: Mapping[str, str], attempt: int, directives: Directives | None, scan: TierScan
 ) -> dict[str, Any]:
-    """An AgentStatus document built without the training process: its scan counts as
-    fresh (pfsAvailable set), so the operator's inventory takes it as what exists now."""
+    """An AgentStatus document built without the training process: a scan that found the
+    agent's checkpoints counts as fresh (pfsAvailable set), so the operator's inventory
+    takes it as what exists now."""
     records, pfs_available, pfs_message = scan.records()
     status = AgentStatus(
         attempt=attempt,
