@@ -176,14 +176,19 @@ class Kube:
         return dict(found.data or {})
 
     def secret_value(self, namespace: str, name: str, key: str) -> str | None:
+        return (self.secret_data(namespace, name) or {}).get(key)
+
+    def secret_data(self, namespace: str, name: str) -> dict[str, str] | None:
+        """Every non-empty value of a Secret, decoded; None when there is no such Secret."""
         try:
             found = self.core.read_namespaced_secret(name, namespace)
         except ApiException as error:
             if error.status == HTTPStatus.NOT_FOUND:
                 return None
             raise
-        raw = (found.data or {}).get(key)
-        return base64.b64decode(raw).decode() if raw else None
+        return {
+            key: base64.b64decode(raw).decode() for key, raw in (found.data or {}).items() if raw
+        }
 
     def event(self, job: Json, kind: str, reason: str, message: str) -> None:
         """A core/v1 Event on the job; failures are logged, never fatal (status is the record)."""

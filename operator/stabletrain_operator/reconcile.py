@@ -22,11 +22,15 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from stabletrain_agent.contract.base import ContractError
-from stabletrain_agent.contract.channel import new_token
+from stabletrain_agent.contract.channel import new_token, status_credential
 from stabletrain_agent.contract.directives import Directives, SkipRange, parse_directives
-from stabletrain_agent.contract.env import DIRECTIVES_FILE_KEY, TOKEN_SECRET_KEY
+from stabletrain_agent.contract.env import (
+    CHECKPOINT_KEY_SECRET_KEY,
+    DIRECTIVES_FILE_KEY,
+    TOKEN_SECRET_KEY,
+)
 from stabletrain_operator import metrics, naming, pods
-from stabletrain_operator.api.constants import Phase
+from stabletrain_operator.api.constants import Phase, Reason
 from stabletrain_operator.api.spec import StableTrainingJobSpec
 from stabletrain_operator.api.status import StableTrainingJobStatus, SuspectNode
 from stabletrain_operator.directive_put import AgentUnreachableError, put_directives
@@ -34,6 +38,7 @@ from stabletrain_operator.finite import non_finite_replaced
 from stabletrain_operator.jobview import JobView, Source, identity, parse, source, write_needed
 from stabletrain_operator.kube import Kube, StaleStatusError, each
 from stabletrain_operator.machine import Launch, Transition, World, advance
+from stabletrain_operator.observe import rejected_copies
 from stabletrain_operator.observe.pacing import FAST_INTERVAL_SECONDS, ScrapePacer
 from stabletrain_operator.observe.pods import PodFacts, PodState
 from stabletrain_operator.observe.scrape import Scraper, ScrapeResult, ScrapeTarget, scrape_all
@@ -58,6 +63,11 @@ once, their agents first finishing such copies and answering until a scrape read
 answering. One scrape, at the decision, came before the copies landed: the restart passed
 over the newest checkpoint, or found none verified on the PFS and failed the job."""
 SETTLE_PAUSE_SECONDS = 0.5
+UNSIGNED_MESSAGE = (
+    f"the job's Secret has no {CHECKPOINT_KEY_SECRET_KEY} (it was made before checkpoints were "
+    "signed): this job's checkpoints are neither signed nor checked for a signature; a job "
+    "created anew signs its own (docs/operations.md, Multi-tenant clusters)"
+)
 
 
 @dataclass
@@ -65,6 +75,12 @@ class JobMemory:
     """What one job's daemon keeps between ticks; all of it can be rebuilt after a restart."""
 
     token: str | None = None
+    status_credential: str = ""
+    """What the scrapes present (contract.channel.status_credential of the token)."""
+    signed_checkpoints: bool = True
+    """The job's Secret holds a checkpoint key (one made before signing does not)."""
+    announced_rejections: dict[tuple[str, str], None] = field(default_factory=dict)
+    """Refused checkpoint copies already named in an Event (observe/rejected_copies.py)."""
     nodes: dict[int, str] = field(default_factory=dict)
     """Node of each rank of the newest attempt seen running (the relaunch prefers them)."""
     seen: dict[str, int] = field(default_factory=dict)
@@ -146,7 +162,9 @@ async def _scrape(
         return ()
     memory.last_scrape = time.monotonic()
     targets = [
-        ScrapeTarget(p.name, pods.agent_url(p.ip, p.agent_port), p.attempt)
+        ScrapeTarget(
+            p.name, pods.agent_url(p.ip, p.agent_port), p.attempt, memory.status_credential
+        )
         for p in facts
         if p.attempt == status.attempt and p.state is PodState.RUNNING and p.ip
     ]
@@ -279,11 +297,15 @@ def _attempt_directives(
 
 
 def ensure_base(kube: Kube, job: pods.JobRef, memory: JobMemory) -> None:
-    """The token Secret and the headless Service: once per job (the tick calls it until
-    memory.base_ready), kept for every attempt."""
-    kube.create(pods.build_token_secret(job, new_token()))
+    """The token Secret (with the checkpoint key: 256 random bits like the token) and the
+    headless Service: once per job (the tick calls it until memory.base_ready), kept for
+    every attempt. A Secret that exists keeps its values: a job's key never changes."""
+    kube.create(pods.build_token_secret(job, new_token(), checkpoint_key=new_token()))
     kube.create(pods.build_service(job))
-    memory.token = kube.secret_value(job.namespace, naming.token_secret(job.name), TOKEN_SECRET_KEY)
+    data = kube.secret_data(job.namespace, naming.token_secret(job.name)) or {}
+    memory.token = data.get(TOKEN_SECRET_KEY)
+    memory.status_credential = status_credential(memory.token) if memory.token else ""
+    memory.signed_checkpoints = CHECKPOINT_KEY_SECRET_KEY in data
     memory.base_ready = True
 
 
@@ -514,6 +536,9 @@ async def tick(
     ref = pods.JobRef(key.name, key.namespace, job["metadata"]["uid"])
     if not memory.base_ready:
         await asyncio.to_thread(ensure_base, kube, ref, memory)
+        if not memory.signed_checkpoints:
+            await asyncio.to_thread(kube.event, job, "Warning", Reason.CHECKPOINTS_UNSIGNED,
+                                    UNSIGNED_MESSAGE)  # fmt: skip
     facts = _with_vanished(list(indexed), memory, status)
     _remember_nodes(memory, facts, status.attempt)
     scrapes = await _scrape(key, facts, status, memory, scraper=scraper, pacer=pacer)
@@ -579,6 +604,8 @@ async def tick(
         await _put_live(scraper, memory.token, transition, facts)
     for event in transition.events:
         await asyncio.to_thread(kube.event, job, event.type, event.reason, event.message)
+    for message in rejected_copies.announce(memory.announced_rejections, scrapes):
+        await asyncio.to_thread(kube.event, job, "Warning", Reason.CHECKPOINT_REJECTED, message)
     if remediation is not None and transition.status.suspect_nodes != status.suspect_nodes:
         await asyncio.to_thread(remediate, kube, remediation, key, status, transition.status)
     _record_metrics(key, spec, transition)

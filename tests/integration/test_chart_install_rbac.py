@@ -331,8 +331,8 @@ def test_the_operators_own_api_calls_succeed_with_the_service_account_token(
         custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name, kopf_patch)
         # ensure_base: the token Secret and the headless Service, then the token read back.
         token = new_token()
-        assert kube.create(pods.build_token_secret(ref, token))
-        assert not kube.create(pods.build_token_secret(ref, new_token()))  # 409: kept
+        assert kube.create(pods.build_token_secret(ref, token, checkpoint_key=new_token()))
+        assert not kube.create(pods.build_token_secret(ref, new_token(), new_token()))  # 409
         assert kube.create(pods.build_service(ref))
         assert kube.secret_value(ns, naming.token_secret(name), TOKEN_SECRET_KEY) == token
         # launch: the skip-list spill (created, then replaced as it grows) and the pods.

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from stabletrain_agent.checkpoint.manager import CheckpointConfig, CheckpointManager
-from stabletrain_agent.contract.channel import AgentStatus
+from stabletrain_agent.contract.channel import AgentStatus, status_credential
 from stabletrain_agent.contract.checkpoint_inventory import CheckpointRecord
 from stabletrain_agent.contract.directives import Directives
 from stabletrain_agent.directive_inbox import DirectiveSource
@@ -33,10 +33,15 @@ class CountingManager(CheckpointManager):
         return super().inventory()
 
 
+TOKEN = "t"
+OPERATOR = status_credential(TOKEN)
+"""What the operator's scrapes present: only their reads count as the hand-over."""
+
+
 @pytest.fixture
 def exporter() -> Iterator[AgentExporter]:
     source = DirectiveSource(0, Directives(generation=1, attempt=0))
-    exporter = AgentExporter(source=source, token="t", node="node-a", node_rank=0)
+    exporter = AgentExporter(source=source, token=TOKEN, node="node-a", node_rank=0)
     exporter.start()
     try:
         yield exporter
@@ -230,7 +235,7 @@ def test_training_ending_on_an_error_hands_its_copies_in_flight_over_before_it_s
         closing = threading.Thread(target=rank_ends)
         closing.start()
         while not ended.is_set():
-            status = fetch_status(url)  # never refused before the hand-over
+            status = fetch_status(url, credential=OPERATOR)  # never refused before the hand-over
             if [(r.step, r.pfs.verified) for r in status.inventory] == [(1, True)]:
                 break
             assert time.monotonic() < deadline + HAND_OVER_SECONDS, status
@@ -252,7 +257,7 @@ def test_an_error_ends_at_once_when_the_operator_already_read_the_newest_scan(
     try:
         train_step()
         settled(lambda: manager.scans)
-        fetch_status(exporter.url)  # the operator's scrape
+        fetch_status(exporter.url, credential=OPERATOR)  # the operator's scrape
         started = time.monotonic()
         with pytest.raises(RuntimeError, match="closed by peer"):
             collective_breaks(guard)

@@ -60,6 +60,7 @@ from torch.optim.lr_scheduler import LRScheduler
 from stabletrain_agent.completion import leave_completion
 from stabletrain_agent.consensus import Agreed, agree
 from stabletrain_agent.contract import env
+from stabletrain_agent.contract.channel import RejectedCopy
 from stabletrain_agent.contract.checkpoint_inventory import CheckpointRecord, compact_inventory
 from stabletrain_agent.contract.completion import Completion
 from stabletrain_agent.contract.detection import DetectionConfig
@@ -113,6 +114,10 @@ class Checkpoints(Protocol):
     """What the guard needs from the checkpoint manager (checkpoint.CheckpointManager)."""
 
     def inventory(self) -> Sequence[CheckpointRecord]: ...
+
+    def rejected(self) -> Sequence[RejectedCopy]:
+        """Copies the manager refused (not the job's, damaged), for the status."""
+        ...
 
     def is_save_step(self, step: int) -> bool:
         """Whether the job saves after `step` (spec.checkpoints.intervalSteps)."""
@@ -516,6 +521,7 @@ class Guard:
             return
         condition = checkpoints.pfs_condition
         exporter.set_inventory(records)
+        exporter.set_rejected(checkpoints.rejected())
         exporter.set_pfs(condition.available, condition.message)
         self._awaiting_pfs = any(r.local and not r.pfs.complete for r in records)
 

@@ -3,7 +3,9 @@
 The result uses the contract's `CheckpointRecord`, the form the status endpoint exports
 and the trip report compacts.  Deep verification (re-reading every byte) is cached per copy
 keyed on the files' sizes and modification times, so frequent scans stay cheap while a
-copy that changes on disk is re-read.
+copy that changes on disk is re-read.  The cache also remembers the copies it refused (not
+signed with the job's key, damaged): the agent reports them, and the operator names each
+in an Event.
 """
 
 from __future__ import annotations
@@ -17,6 +19,13 @@ from pathlib import Path
 from stabletrain_agent.checkpoint.fence import Fence, FenceCorruptError, read_fence
 from stabletrain_agent.checkpoint.layout import iter_attempt_dirs, parse_node
 from stabletrain_agent.checkpoint.manifest import CheckpointCorruptError, CopyManifest, verify_copy
+from stabletrain_agent.checkpoint.signing import CheckpointKey
+from stabletrain_agent.contract.channel import (
+    COPY_PATH_MAX,
+    PROBLEM_MAX,
+    REJECTED_MAX,
+    RejectedCopy,
+)
 from stabletrain_agent.contract.checkpoint_inventory import CheckpointRecord, NodeCopy, TierCopy
 
 
@@ -41,11 +50,31 @@ def _fingerprint(directory: Path) -> tuple[tuple[str, int, int], ...]:
 
 
 class VerifyCache:
-    """Deep verification results, valid while a copy's files are unchanged on disk."""
+    """Deep verification results under the job's key, valid while a copy's files are
+    unchanged on disk; and the copies refused, newest last."""
 
-    def __init__(self) -> None:
+    def __init__(self, key: CheckpointKey) -> None:
+        self.key = key
         self._lock = threading.Lock()
         self._results: dict[Path, tuple[tuple[tuple[str, int, int], ...], CopyCheck]] = {}
+        self._refused: dict[Path, RejectedCopy] = {}
+
+    def refused(self, directory: Path, problem: str, quarantined_as: Path | None = None) -> None:
+        """Record a copy that did not verify (and where a restore moved it, if it did)."""
+        copy = RejectedCopy(
+            path=str(directory)[:COPY_PATH_MAX],
+            problem=problem[:PROBLEM_MAX],
+            quarantined_as=None if quarantined_as is None else str(quarantined_as)[:COPY_PATH_MAX],
+        )
+        with self._lock:
+            self._refused.pop(directory, None)
+            self._refused[directory] = copy
+            while len(self._refused) > REJECTED_MAX:
+                del self._refused[next(iter(self._refused))]
+
+    def rejected(self) -> tuple[RejectedCopy, ...]:
+        with self._lock:
+            return tuple(self._refused.values())
 
     def remember(self, directory: Path, manifest: CopyManifest) -> None:
         """Record a copy whose checksums the caller has just computed from what it wrote."""
@@ -64,9 +93,11 @@ class VerifyCache:
         if cached is not None and cached[0] == fingerprint:
             return cached[1]
         try:
-            result = CopyCheck(verify_copy(directory, step=step, attempt=attempt, node=node), None)
+            manifest = verify_copy(directory, step=step, attempt=attempt, key=self.key, node=node)
+            result = CopyCheck(manifest, None)
         except CheckpointCorruptError as error:
             result = CopyCheck(None, str(error))
+            self.refused(directory, error.problem)
         except OSError as error:
             result = CopyCheck(None, f"cannot read {directory}: {error}")
         with self._lock:

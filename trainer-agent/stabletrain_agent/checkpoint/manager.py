@@ -36,7 +36,7 @@ from typing import Any, Literal
 
 import torch
 import torch.distributed as dist
-from torch.distributed.checkpoint.filesystem import FileSystemReader, FileSystemWriter
+from torch.distributed.checkpoint.filesystem import FileSystemWriter
 from torch.distributed.checkpoint.planner import SavePlan, SavePlanner
 from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
@@ -75,6 +75,7 @@ from stabletrain_agent.checkpoint.layout import (
 from stabletrain_agent.checkpoint.manifest import (
     CheckpointCorruptError,
     CopyManifest,
+    read_signed_manifest,
     verify_copy,
 )
 from stabletrain_agent.checkpoint.priority import lower_current_thread_priority
@@ -86,8 +87,11 @@ from stabletrain_agent.checkpoint.retention import (
     copies_within,
     plan_deletions,
 )
+from stabletrain_agent.checkpoint.safe_load import VerifiedReader, WeightsOnlyPlanner
+from stabletrain_agent.checkpoint.signing import UNSIGNED, CheckpointKey
 from stabletrain_agent.checkpoint.states import Stateful
 from stabletrain_agent.contract import env
+from stabletrain_agent.contract.channel import RejectedCopy
 from stabletrain_agent.contract.checkpoint_inventory import CheckpointRecord
 
 log = logging.getLogger(__name__)
@@ -156,6 +160,9 @@ class CheckpointConfig:
     """Every multiple of this is a save step (spec.checkpoints.intervalSteps)."""
     local_size_limit_bytes: int | None = None
     """Budget of the local tier (spec.checkpoints.local.sizeLimit): fewer copies, never full."""
+    key: CheckpointKey = UNSIGNED
+    """The job's checkpoint key (signing.py): signs every copy, and only copies it signed
+    are loaded; without one, copies are unsigned and only unsigned ones are loaded."""
 
     def __post_init__(self) -> None:
         if self.keep_local < MIN_KEEP or self.keep_pfs < MIN_KEEP:
@@ -202,6 +209,7 @@ class CheckpointConfig:
             local_size_limit_bytes=(
                 _env_int(environ, env.LOCAL_SIZE_LIMIT_BYTES, 0, 0) if limit else None
             ),
+            key=CheckpointKey.from_env(environ),
         )
 
     @property
@@ -270,7 +278,7 @@ class CheckpointManager:
             self._make_groups()
         self.is_node_leader = self.rank == min(self.node_ranks)
         self._stager = DefaultStager(StagingOptions(False, False, False, False))
-        self._cache = VerifyCache()
+        self._cache = VerifyCache(config.key)
         self._in_flight: _Save | None = None
         self._last_saved_step: int | None = None
         self._started = False
@@ -293,6 +301,7 @@ class CheckpointManager:
                 config.local_dir,
                 config.pfs_root,
                 config.part,
+                key=config.key,
                 retry_interval_s=config.replication_retry_s,
                 on_error=log.warning,
                 cache=self._cache,
@@ -399,6 +408,7 @@ class CheckpointManager:
             manifest = commit_copy(
                 temp,
                 self.config.local_dir,
+                key=self.config.key,
                 step=save.step,
                 attempt=self.config.attempt,
                 node=self.config.part,
@@ -532,23 +542,32 @@ class CheckpointManager:
     def _prepare_copy(
         self, step: int, attempt: int, rejected: list[str]
     ) -> Literal["local", "pfs"] | None:
+        key, part_name = self.config.key, self.config.part
         local = local_copy_dir(self.config.local_dir, step, attempt)
         if local.is_dir():
             try:
-                verify_copy(local, step=step, attempt=attempt, node=self.config.part)
+                verify_copy(local, step=step, attempt=attempt, key=key, node=part_name)
                 return "local"
             except CheckpointCorruptError as error:
-                moved = quarantine(local)
-                rejected.append(f"{error} (moved to {moved.name})")
-                log.error("local copy rejected: %s; kept as %s", error, moved)
-        part = pfs_part_dir(self.config.pfs_root, step, attempt, self.config.part)
+                rejected.append(self._set_aside(error, "local copy"))
+        part = pfs_part_dir(self.config.pfs_root, step, attempt, part_name)
         try:
-            verify_copy(part, step=step, attempt=attempt, node=self.config.part)
+            verify_copy(part, step=step, attempt=attempt, key=key, node=part_name)
             self._reseed(part, step, attempt)
             return "pfs"
-        except (CheckpointCorruptError, OSError) as error:
+        except CheckpointCorruptError as error:
+            rejected.append(f"PFS part of step {step}: {self._set_aside(error, 'PFS part')}")
+        except OSError as error:
             rejected.append(f"PFS part of step {step}: {error}")
-            return None
+        return None
+
+    def _set_aside(self, error: CheckpointCorruptError, what: str) -> str:
+        """Quarantine a copy a restore refused (never load it, keep it for forensics) and
+        report it; the restore report's line for it."""
+        moved = quarantine(error.path)
+        self._cache.refused(error.path, error.problem, quarantined_as=moved)
+        log.error("%s rejected: %s; kept as %s", what, error, moved)
+        return f"{error} (moved to {moved.name})"
 
     def _reseed(self, part: Path, step: int, attempt: int) -> None:
         """Copy the node's PFS part to its local tier under a temp name, verify, rename."""
@@ -560,7 +579,9 @@ class CheckpointManager:
             for source in sorted(part.iterdir()):
                 copy_file_synced(source, temp / source.name)
             fsync_dir(temp)
-            verify_copy(temp, step=step, attempt=attempt, node=self.config.part)
+            verify_copy(
+                temp, step=step, attempt=attempt, key=self.config.key, node=self.config.part
+            )
             os.rename(temp, local_copy_dir(self.config.local_dir, step, attempt))
             fsync_dir(parent)
         finally:
@@ -583,9 +604,13 @@ class CheckpointManager:
         return "local" if sources[min(self.node_ranks)] == "local" else "pfs"
 
     def _load(self, directory: Path) -> None:
+        """Load a verified copy: its manifest checked again (it may have been swapped since),
+        and nothing unpickled beyond what safe_load.py allows."""
+        manifest = read_signed_manifest(directory, self.config.key)
         dcp_load(
             self._state(),
-            storage_reader=FileSystemReader(directory),
+            storage_reader=VerifiedReader(directory, manifest),
+            planner=WeightsOnlyPlanner(),
             process_group=self._node_group,
             no_dist=not self._distributed,
         )
@@ -656,6 +681,10 @@ class CheckpointManager:
         except OSError:
             pfs = {}
         return build_records(self.config.node, local, pfs, fence)
+
+    def rejected(self) -> tuple[RejectedCopy, ...]:
+        """Copies this process refused (scans and restores), newest last, for the status."""
+        return self._cache.rejected()
 
     @property
     def inventory_version(self) -> int:
