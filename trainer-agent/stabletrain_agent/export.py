@@ -44,7 +44,11 @@ from stabletrain_agent.contract.checkpoint_inventory import INVENTORY_MAX, Check
 from stabletrain_agent.contract.directives import parse_directives
 from stabletrain_agent.contract.names import AnomalyClass, Signal
 from stabletrain_agent.contract.preflight import PreflightFacts
-from stabletrain_agent.contract.trip_report import TripReport
+from stabletrain_agent.contract.trip_report import (
+    TripReport,
+    parse_termination_message,
+    render_termination_message,
+)
 from stabletrain_agent.directive_inbox import DirectiveSource
 from stabletrain_agent.heartbeat import HeartbeatClock
 from stabletrain_agent.http_server import KeepAliveWSGIServer
@@ -303,9 +307,12 @@ class AgentExporter:
             self._non_finite_seen = snapshot.non_finite_total
 
     def record_trip(self, report: TripReport) -> None:
+        """Show the trip as its termination message holds it (cut to 4 KiB), so that the
+        status stays within what the operator reads (MAX_STATUS_BYTES)."""
         self._metrics.trips.inc()
+        fitted = parse_termination_message(render_termination_message(report))
         with self._parts_lock:
-            self._parts = dataclasses.replace(self._parts, latest_trip=report)
+            self._parts = dataclasses.replace(self._parts, latest_trip=fitted)
 
     def set_inventory(self, records: Iterable[CheckpointRecord]) -> None:
         """The checkpoints to show: the newest INVENTORY_MAX (the operator keeps no more)."""

@@ -60,6 +60,10 @@ REFUSAL_LOG_SECONDS = 60.0
 class KeepAliveWSGIServer(ThreadingWSGIServer):
     """Serves one WSGI application on `address`, a thread per connection."""
 
+    request_queue_size = 64
+    """The listen backlog: socketserver's 5 made a burst of connections wait for SYN
+    retransmits (seconds), the operator's among them; refusing one costs microseconds."""
+
     def __init__(self, address: tuple[str, int], application: WSGIApplication) -> None:
         self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
         self._open: set[socket.socket] = set()
