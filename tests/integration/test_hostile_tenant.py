@@ -11,12 +11,15 @@ generation bound and the explicit hand-over) and 8 (version skew) are here; poin
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
+import pickle
 import select
 import socket
 import threading
 import time
 import tracemalloc
+import zlib
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from http.client import HTTPConnection
@@ -25,6 +28,7 @@ from typing import Any
 
 import pytest
 
+from stabletrain_agent.checkpoint.layout import MANIFEST_NAME
 from stabletrain_agent.contract.base import ContractError
 from stabletrain_agent.contract.channel import (
     AUTHORIZATION_HEADER,
@@ -53,11 +57,14 @@ from stabletrain_operator.observe.pods import PodFacts, pod_facts
 from stabletrain_operator.observe.scrape import ScrapeError, Scraper, ScrapeResult, ScrapeTarget
 from stabletrain_operator.policy import PolicyLedger
 from support.agent_client import fetch_status
+from support.localnode import LocalCluster
+from support.operator import Jobs, OperatorProcess, job_manifest
 from support.processes import ManagedProcess, free_port
 
 HERE = Path(__file__).parent
 WORKLOADS = HERE.parent / "support" / "workloads"
 MIB = 1024 * 1024
+Json = dict[str, Any]
 TOKEN = new_token()
 
 
@@ -127,6 +134,107 @@ def peak_bytes_of(work: Any) -> tuple[Any, int]:
     finally:
         tracemalloc.stop()
     return result, peak - before
+
+
+# --- point 2: a checkpoint is restored only if this job wrote it ---------------------------
+
+GUARDED_WORKER = WORKLOADS / "guarded_worker.py"
+PLANTED_MARKER = "pwned-by-a-planted-checkpoint"
+"""A file the planted pickle creates on the PFS if any pod ever unpickles it."""
+
+
+class CreatesAFile:
+    """A pickle that, when loaded, creates a file: any code could run in its place."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self) -> tuple[object, tuple[str, str]]:
+        return (open, (self.path, "w"))
+
+
+def plant(copy: Path, name: str, content: bytes) -> None:
+    """Replace one file of a committed copy and fix the manifest's size and checksums, as
+    anyone who can write the tier can (another job on the same hostPath or claim); the
+    signature, which needs the job's key, stays as it was."""
+    (copy / name).write_bytes(content)
+    manifest = json.loads((copy / MANIFEST_NAME).read_text())
+    entry = manifest["files"][name]
+    entry.update(size=len(content), crc32=f"{zlib.crc32(content):08x}")
+    if entry.get("sha256"):
+        entry["sha256"] = hashlib.sha256(content).hexdigest()
+    (copy / MANIFEST_NAME).write_text(json.dumps(manifest))
+
+
+def copies_of_step(cluster: LocalCluster, host_path: str, pfs: Path, step: int) -> list[Path]:
+    """Every copy of `step`: each node's local copies under its hostPath, each PFS part."""
+    name = f"step-{step:010d}"
+    local = [
+        copy
+        for node in cluster.node_names
+        for copy in cluster.host_path(node, host_path).glob(f"node-*/{name}/attempt-*")
+    ]
+    return local + sorted((pfs / name).glob("attempt-*/node-*"))
+
+
+def test_a_planted_checkpoint_is_refused_unread_and_the_job_falls_back(
+    operator: OperatorProcess, jobs: Jobs, job_namespace: str, local_cluster: LocalCluster
+) -> None:
+    """A tenant who can write the job's tiers replaces the metadata of the job's newest
+    stable checkpoint, on every copy, with a pickle that creates a file, and fixes the
+    manifests' sizes and checksums; then the job is rolled back to that step. Before: the
+    copies verified (CRC-32 and sizes match) and the relaunched pods unpickled the file
+    (it appeared on the PFS). Now: no copy verifies without the job's key, none is
+    unpickled, the pods name each in a CheckpointRejected Event, and the rollback lands on
+    the newest checkpoint before it."""
+    name = "signed"
+    manifest = job_manifest(
+        name, {"ST_STEPS": "3000", "ST_STEP_SECONDS": "0.1", "ST_CKPT_EVERY": "5"}
+    )
+    manifest["spec"]["workers"]["template"]["spec"]["containers"][0]["command"] = [
+        "torchrun", str(GUARDED_WORKER),
+    ]  # fmt: skip
+    tiers = manifest["spec"]["checkpoints"]
+    tiers["local"]["retention"] = tiers["pfs"]["retention"] = 100  # none gone before the test
+    jobs.create(manifest)
+    pfs = local_cluster.shared_dir / job_namespace / "pfs"
+    marker = pfs / PLANTED_MARKER
+
+    def stable_on_pfs(status: Json) -> list[int]:
+        return [c["step"] for c in status.get("checkpoints") or []
+                if c["stable"] and c["pfs"]["verified"]]  # fmt: skip
+
+    ready = jobs.wait(name, lambda s: len(stable_on_pfs(s)) >= 3, 240, "three stable checkpoints")
+    target = max(stable_on_pfs(ready))
+    planted = copies_of_step(local_cluster, tiers["local"]["hostPath"], pfs, target)
+    assert len(planted) >= 3, planted  # two nodes' local copies and the PFS parts
+    hostile = pickle.dumps(CreatesAFile(f"/stabletrain/pfs/{PLANTED_MARKER}"))
+    for copy in planted:
+        plant(copy, ".metadata", hostile)
+    jobs.patch_spec(name, {"manualRollback": {"requestId": "tenant", "toStep": target}})
+
+    def relaunched(status: Json) -> bool:
+        history = status.get("rollbackHistory") or []
+        return (
+            status.get("lastManualRequestId") == "tenant"
+            and status.get("phase") in ("Running", "Confirming")
+            and bool(history)
+            and history[-1].get("toStep") is not None
+            and any(
+                e["reason"] == "CheckpointRejected" and f"step-{target:010d}" in e["message"]
+                for e in jobs.events(name)
+            )
+        )
+
+    done = jobs.wait(name, lambda s: marker.exists() or relaunched(s), 300, "the rollback")
+    rejected = [e["message"] for e in jobs.events(name) if e["reason"] == "CheckpointRejected"]
+    print(
+        f"\nplanted step {target} ({len(planted)} copies); the rollback went to step "
+        f"{done['rollbackHistory'][-1].get('toStep')}; Events:\n  " + "\n  ".join(rejected)
+    )
+    assert not marker.exists(), "a pod unpickled the planted checkpoint"
+    assert done["rollbackHistory"][-1]["toStep"] < target
+    assert "CheckpointsUnsigned" not in [e["reason"] for e in jobs.events(name)]
 
 
 # --- point 3: one job cannot exhaust the shared operator ------------------------------------

@@ -35,6 +35,9 @@ class CopyCheck:
 
     manifest: CopyManifest | None
     problem: str | None
+    refused: str | None = None
+    """Why the copy itself is refused (its manifest, signature or files); None when it
+    verified, or when the tier could not be read (no verdict on the copy)."""
 
     @property
     def ok(self) -> bool:
@@ -96,7 +99,7 @@ class VerifyCache:
             manifest = verify_copy(directory, step=step, attempt=attempt, key=self.key, node=node)
             result = CopyCheck(manifest, None)
         except CheckpointCorruptError as error:
-            result = CopyCheck(None, str(error))
+            result = CopyCheck(None, str(error), error.problem)
             self.refused(directory, error.problem)
         except OSError as error:
             result = CopyCheck(None, f"cannot read {directory}: {error}")

@@ -58,6 +58,7 @@ from stabletrain_agent.checkpoint.fence import (
     check_not_stale,
 )
 from stabletrain_agent.checkpoint.inventory_scan import (
+    CopyCheck,
     VerifyCache,
     build_records,
     combined_fence,
@@ -87,7 +88,11 @@ from stabletrain_agent.checkpoint.retention import (
     copies_within,
     plan_deletions,
 )
-from stabletrain_agent.checkpoint.safe_load import VerifiedReader, WeightsOnlyPlanner
+from stabletrain_agent.checkpoint.safe_load import (
+    VerifiedReader,
+    WeightsOnlyPlanner,
+    load_metadata,
+)
 from stabletrain_agent.checkpoint.signing import UNSIGNED, CheckpointKey
 from stabletrain_agent.checkpoint.states import Stateful
 from stabletrain_agent.contract import env
@@ -465,7 +470,7 @@ class CheckpointManager:
             candidates = [key for key in candidates if key[0] == max_step]
         rejected = [
             problem
-            for key in sorted(set(problems) - set(candidates), reverse=True)
+            for key in sorted(problems, reverse=True)
             if max_step is None or (key[0] == max_step if exact else key[0] <= max_step)
             for problem in problems[key]
         ]
@@ -524,20 +529,30 @@ class CheckpointManager:
         """A verified manifest for every checkpoint this node can see on either tier; the
         problems of copies that do not verify are collected for the restore report."""
         found: dict[tuple[int, int], CopyManifest] = {}
+        part_name = self.config.part
         with contextlib.suppress(OSError):
             for key, pfs_check in scan_pfs(self.config.pfs_root, self._cache).items():
-                part = pfs_check.parts.get(self.config.part)
+                part = pfs_check.parts.get(part_name)
                 if part is not None and part.manifest is not None:
                     found[key] = part.manifest
                 elif part is not None and part.problem is not None:
-                    problems.setdefault(key, []).append(part.problem)
-        local = scan_local(self.config.local_dir, self.config.part, self._cache)
+                    path = pfs_part_dir(self.config.pfs_root, *key, part_name)
+                    problems.setdefault(key, []).append(self._refusal(path, part))
+        local = scan_local(self.config.local_dir, part_name, self._cache)
         for key, check in local.items():
             if check.manifest is not None:
                 found[key] = check.manifest
             elif check.problem is not None:
-                problems.setdefault(key, []).append(check.problem)
+                path = local_copy_dir(self.config.local_dir, *key)
+                problems.setdefault(key, []).append(self._refusal(path, check))
         return found
+
+    def _refusal(self, path: Path, check: CopyCheck) -> str:
+        """The restore report's line for a copy of this node that did not pass its check:
+        the node leader moves a refused one aside (never loaded, kept for forensics)."""
+        if check.refused is None or not self.is_node_leader:
+            return check.problem or ""
+        return self._set_aside(path, check.refused)
 
     def _prepare_copy(
         self, step: int, attempt: int, rejected: list[str]
@@ -546,28 +561,40 @@ class CheckpointManager:
         local = local_copy_dir(self.config.local_dir, step, attempt)
         if local.is_dir():
             try:
-                verify_copy(local, step=step, attempt=attempt, key=key, node=part_name)
+                load_metadata(
+                    local, verify_copy(local, step=step, attempt=attempt, key=key, node=part_name)
+                )
                 return "local"
             except CheckpointCorruptError as error:
-                rejected.append(self._set_aside(error, "local copy"))
+                rejected.append(self._set_aside(error.path, error.problem))
         part = pfs_part_dir(self.config.pfs_root, step, attempt, part_name)
         try:
-            verify_copy(part, step=step, attempt=attempt, key=key, node=part_name)
+            load_metadata(
+                part, verify_copy(part, step=step, attempt=attempt, key=key, node=part_name)
+            )
             self._reseed(part, step, attempt)
             return "pfs"
         except CheckpointCorruptError as error:
-            rejected.append(f"PFS part of step {step}: {self._set_aside(error, 'PFS part')}")
+            rejected.append(
+                f"PFS part of step {step}: {self._set_aside(error.path, error.problem)}"
+            )
         except OSError as error:
             rejected.append(f"PFS part of step {step}: {error}")
         return None
 
-    def _set_aside(self, error: CheckpointCorruptError, what: str) -> str:
-        """Quarantine a copy a restore refused (never load it, keep it for forensics) and
-        report it; the restore report's line for it."""
-        moved = quarantine(error.path)
-        self._cache.refused(error.path, error.problem, quarantined_as=moved)
-        log.error("%s rejected: %s; kept as %s", what, error, moved)
-        return f"{error} (moved to {moved.name})"
+    def _set_aside(self, path: Path, problem: str) -> str:
+        """Quarantine a copy a restore refused and report it (AgentStatus.rejected); the
+        restore report's line for it."""
+        refused = CheckpointCorruptError(path, problem)
+        try:
+            moved = quarantine(path)
+        except OSError as error:  # a read-only PFS: refused all the same, left in place
+            self._cache.refused(path, problem)
+            log.error("%s; cannot move it aside: %s", refused, error)
+            return f"{refused} (left in place: {error})"
+        self._cache.refused(path, problem, quarantined_as=moved)
+        log.error("%s; kept as %s", refused, moved)
+        return f"{refused} (moved to {moved.name})"
 
     def _reseed(self, part: Path, step: int, attempt: int) -> None:
         """Copy the node's PFS part to its local tier under a temp name, verify, rename."""

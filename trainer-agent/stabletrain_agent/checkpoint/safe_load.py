@@ -71,8 +71,42 @@ class _MetadataUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"{module}.{name} is not part of checkpoint metadata")
 
 
+def load_metadata(directory: Path, manifest: CopyManifest) -> metadata.Metadata:
+    """The copy's DCP metadata: its bytes read once, held to the verified manifest's digest
+    of them, unpickled by the allow-list. CheckpointCorruptError when any of it fails (a
+    restore checks this before it chooses the copy, and the load does it again)."""
+    raw = _read_checked(directory, manifest, METADATA_NAME)
+    try:
+        loaded = _MetadataUnpickler(io.BytesIO(raw)).load()
+    except (pickle.UnpicklingError, EOFError, AttributeError, TypeError, ValueError) as error:
+        raise CheckpointCorruptError(
+            directory, f"{METADATA_NAME} is not checkpoint metadata: {error}"
+        ) from None
+    if not isinstance(loaded, metadata.Metadata):
+        raise CheckpointCorruptError(directory, f"{METADATA_NAME} holds a {type(loaded).__name__}")
+    return loaded
+
+
+def _read_checked(directory: Path, manifest: CopyManifest, name: str) -> bytes:
+    """The file's bytes, held to the manifest's digest of them (read exactly once)."""
+    entry = manifest.files.get(name)
+    if entry is None:
+        raise CheckpointCorruptError(directory, f"the manifest does not list {name!r}")
+    with (directory / name).open("rb") as handle:
+        raw = handle.read(entry.size + 1)
+    if len(raw) != entry.size:
+        raise CheckpointCorruptError(directory, f"file {name!r} changed size since it was verified")
+    if entry.sha256 is not None:
+        matches = hashlib.sha256(raw).hexdigest() == entry.sha256
+    else:
+        matches = f"{zlib.crc32(raw):08x}" == entry.crc32
+    if not matches:
+        raise CheckpointCorruptError(directory, f"file {name!r} changed since it was verified")
+    return raw
+
+
 class VerifiedReader(FileSystemReader):
-    """A FileSystemReader of one verified copy whose metadata is read as described above."""
+    """A FileSystemReader of one verified copy whose metadata is read by `load_metadata`."""
 
     def __init__(self, directory: Path, manifest: CopyManifest) -> None:
         super().__init__(directory)
@@ -82,42 +116,11 @@ class VerifiedReader(FileSystemReader):
     def read_metadata(self, *args: Any, **kwargs: Any) -> metadata.Metadata:
         if kwargs.get("rank") is not None:
             raise CheckpointCorruptError(self._directory, "per-rank metadata is not written here")
-        raw = self._read_checked(METADATA_NAME)
-        try:
-            loaded = _MetadataUnpickler(io.BytesIO(raw)).load()
-        except (pickle.UnpicklingError, EOFError, AttributeError, TypeError, ValueError) as error:
-            raise CheckpointCorruptError(
-                self._directory, f"{METADATA_NAME} is not checkpoint metadata: {error}"
-            ) from None
-        if not isinstance(loaded, metadata.Metadata):
-            raise CheckpointCorruptError(
-                self._directory, f"{METADATA_NAME} holds a {type(loaded).__name__}"
-            )
+        loaded = load_metadata(self._directory, self._manifest)
         if loaded.storage_meta is None:
             loaded.storage_meta = metadata.StorageMeta()
         loaded.storage_meta.load_id = self.load_id
         return loaded
-
-    def _read_checked(self, name: str) -> bytes:
-        """The file's bytes, held to the manifest's digest of them (read exactly once)."""
-        entry = self._manifest.files.get(name)
-        if entry is None:
-            raise CheckpointCorruptError(self._directory, f"the manifest does not list {name!r}")
-        with (self._directory / name).open("rb") as handle:
-            raw = handle.read(entry.size + 1)
-        if len(raw) != entry.size:
-            raise CheckpointCorruptError(
-                self._directory, f"file {name!r} changed size since it was verified"
-            )
-        if entry.sha256 is not None:
-            matches = hashlib.sha256(raw).hexdigest() == entry.sha256
-        else:
-            matches = f"{zlib.crc32(raw):08x}" == entry.crc32
-        if not matches:
-            raise CheckpointCorruptError(
-                self._directory, f"file {name!r} changed since it was verified"
-            )
-        return raw
 
 
 class WeightsOnlyPlanner(DefaultLoadPlanner):
