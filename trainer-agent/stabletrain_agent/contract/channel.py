@@ -35,9 +35,8 @@ import hmac
 import secrets
 from enum import StrEnum
 from http import HTTPStatus
-from typing import Self
 
-from pydantic import AwareDatetime, Field, ValidationError, model_validator
+from pydantic import AwareDatetime, Field, ValidationError
 
 from stabletrain_agent.contract.base import AgentReport, ContractError, describe_errors
 from stabletrain_agent.contract.checkpoint_inventory import (
@@ -291,18 +290,6 @@ class AgentStatus(AgentReport):
     rejected: tuple[RejectedCopy, ...] = Field(default=(), max_length=REJECTED_MAX, fail_fast=True)
     """Checkpoint copies this process refused, the newest REJECTED_MAX; the operator names
     each in a Warning Event. Empty from an agent older than this field."""
-
-    @model_validator(mode="after")
-    def _own_node_only(self) -> Self:
-        """A pod lists its own node's local copies only (one per record): the operator
-        merges the nodes' views itself."""
-        for record in self.inventory:
-            if len(record.local) > 1:
-                raise ValueError(
-                    f"inventory record of step {record.step} lists {len(record.local)} local "
-                    "copies; a pod reports its own node's only"
-                )
-        return self
 
 
 def parse_agent_status(payload: str | bytes) -> AgentStatus:
