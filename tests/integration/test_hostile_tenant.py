@@ -394,7 +394,7 @@ def raw_put(exporter: AgentExporter, body: dict[str, Any]) -> tuple[int, Directi
         connection.close()
 
 
-def test_a_forged_generation_cannot_pin_a_pod_out_of_the_operators_reach() -> None:
+def test_a_forged_generation_is_bounded_and_the_operators_next_directive_applies() -> None:
     """Before: a token holder could PUT generation 2^62 and every later directive of the
     operator (generation 2, 3, ...) was 'not newer' for that pod until it was relaunched.
     Now: a generation beyond GENERATION_MAX is refused, and so is one more than

@@ -340,7 +340,9 @@ class Guard:
     def _hand_over_checkpoints(self) -> None:
         """Under the operator (directives applied): finish the copies on their way to the
         PFS and scan when the last scan may be out of date, then keep answering until a
-        status listing the newest scan was served; at most HAND_OVER_SECONDS in all.
+        status listing the newest scan was served to the operator (a read presenting the
+        status credential; anyone else's read does not count); at most HAND_OVER_SECONDS
+        in all.
 
         A rank killed outright ends the other ranks' collective with an error at once (gloo),
         and without this their agents went with them, their copies still in flight
