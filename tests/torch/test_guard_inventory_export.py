@@ -56,7 +56,7 @@ def wait_for_status(
     deadline = time.monotonic() + 30
     while True:
         train_step()
-        status = fetch_status(exporter.url)
+        status = fetch_status(exporter.url, credential=OPERATOR)
         if ready(status):
             return status
         assert time.monotonic() < deadline, f"status never got there: {status}"
@@ -160,14 +160,16 @@ def test_a_copy_landing_while_the_training_thread_is_blocked_is_still_exported(
         manager.wait()
         train_step()  # the last step: the scan sees the copy waiting for the PFS
         deadline = time.monotonic() + 10
-        while not (status := fetch_status(exporter.url)).inventory:
+        while not (status := fetch_status(exporter.url, credential=OPERATOR)).inventory:
             assert time.monotonic() < deadline, status
             time.sleep(0.05)
         assert [(r.step, r.pfs.complete) for r in status.inventory] == [(1, False)]
 
         (tmp_path / "pfs-gone").rename(tmp_path / "pfs")  # it is back; no step from here on
         assert not manager.flush(10).timed_out  # the copy landed
-        status = fetch_status(exporter.url)  # the very next scrape lists it complete
+        status = fetch_status(
+            exporter.url, credential=OPERATOR
+        )  # the very next scrape lists it complete
         assert [(r.step, r.pfs.verified) for r in status.inventory] == [(1, True)], status
         assert status.pfs_available is True
     finally:
@@ -179,14 +181,14 @@ def test_the_heartbeat_counts_training_from_the_end_of_the_restore(
     tmp_path: Path, exporter: AgentExporter
 ) -> None:
     """The operator's start-up stall bound starts here: the restore's time never counts."""
-    before = fetch_status(exporter.url).heartbeat
+    before = fetch_status(exporter.url, credential=OPERATOR).heartbeat
     assert before is not None
     assert before.training_since == before.started_at
     guard, manager, _ = guarded_run(tmp_path, exporter)
     try:
         assert manager.restored_at is not None
         assert manager.restored_at > before.started_at
-        beat = fetch_status(exporter.url).heartbeat
+        beat = fetch_status(exporter.url, credential=OPERATOR).heartbeat
         assert beat is not None
         assert beat.training_since == manager.restored_at
         assert beat.steps_completed == 0
@@ -226,7 +228,7 @@ def test_training_ending_on_an_error_hands_its_copies_in_flight_over_before_it_s
         manager.wait()
         train_step()
         deadline = time.monotonic() + 10
-        while not (status := fetch_status(url)).inventory:
+        while not (status := fetch_status(url, credential=OPERATOR)).inventory:
             assert time.monotonic() < deadline, status
             time.sleep(0.05)
         assert [(r.step, r.pfs.complete) for r in status.inventory] == [(1, False)]
@@ -244,7 +246,7 @@ def test_training_ending_on_an_error_hands_its_copies_in_flight_over_before_it_s
         assert not closing.is_alive(), "the hand-over ends once a scrape listed the copy"
         assert [(r.step, r.pfs.verified) for r in status.inventory] == [(1, True)]
         with pytest.raises(AgentUnreachableError):
-            fetch_status(url)  # and then the agent is gone
+            fetch_status(url, credential=OPERATOR)  # and then the agent is gone
     finally:
         manager.close()
         guard.close()

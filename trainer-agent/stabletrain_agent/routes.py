@@ -66,12 +66,14 @@ def agent_app(exporter: AgentExporter) -> WSGIApplication:
 def _status(
     exporter: AgentExporter, environ: WSGIEnvironment, start_response: StartResponse
 ) -> Response:
-    exporter.refresh_status()
+    operator = exporter.operator_reading(environ.get("HTTP_AUTHORIZATION"))
+    if operator:  # anyone may read; only the operator's read rescans a disk and hands over
+        exporter.refresh_status()
     serial = exporter.inventory_serial  # read first: the status shows this or newer
     body = exporter.status().model_dump_json().encode()
     _start(start_response, HTTPStatus.OK, body)
-    if not exporter.operator_reading(environ.get("HTTP_AUTHORIZATION")):
-        return [body]  # readable by anyone, but only the operator's read hands over
+    if not operator:
+        return [body]
     return _then(body, lambda: exporter.inventory_sent(serial))
 
 
