@@ -31,6 +31,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kubernetes import client
+
 from stabletrain_operator import naming
 from support.chaos.checks import check_checkpoints, orphans_after_delete
 from support.chaos.inject import KINDS, Injector
@@ -49,6 +51,7 @@ from support.chaos.report import (
 from support.chaos.run import Applied, chaos_manifest, chaos_run, clean_run, pfs_dir
 from support.chaos.schedule import ALL_KINDS, make_schedule, plan_json
 from support.demo_stage import stage, stop_on_sigterm
+from support.operator import checkpoint_key
 from support.tinygpt import REPO
 
 NAMESPACE = "chaos"
@@ -145,8 +148,9 @@ def run(args: argparse.Namespace, work: Path) -> int:
                 if a.injected is not None and a.planned.kind == "corrupt-checkpoint"]  # fmt: skip
         node_dir = manifest["spec"]["checkpoints"]["local"]["hostPath"]
         host_path = naming.local_tier_host_path(node_dir, NAMESPACE, "chaos")
+        key = checkpoint_key(client.CoreV1Api(staged.api_client), NAMESPACE, "chaos")
         checkpoints = check_checkpoints(cluster, host_path, pfs_dir(cluster, NAMESPACE, "chaos"),
-                                        torn)  # fmt: skip
+                                        torn, key)  # fmt: skip
         orphans = orphans_after_delete(staged.api_client, NAMESPACE, "chaos")
         say("")
         for line in [

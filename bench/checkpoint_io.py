@@ -33,6 +33,7 @@ import torch
 from stabletrain_agent.checkpoint.layout import local_copy_dir
 from stabletrain_agent.checkpoint.manager import CheckpointConfig, CheckpointManager
 from stabletrain_agent.checkpoint.replicate import replicate_copy
+from stabletrain_agent.checkpoint.signing import CheckpointKey
 
 TENSOR_MB = 16
 
@@ -127,7 +128,11 @@ def run(args: argparse.Namespace, work: Path) -> None:
         directory.mkdir(parents=True)
     state = BigState(args.mb)
     mib = state.nbytes / (1 << 20)
-    config = CheckpointConfig(local, pfs, attempt=1, node="bench", keep_local=2, keep_pfs=2)
+    # Signed, as every job under the operator signs (the key of its Secret).
+    key = CheckpointKey(os.urandom(32))
+    config = CheckpointConfig(
+        local, pfs, attempt=1, node="bench", keep_local=2, keep_pfs=2, key=key
+    )
     manager = CheckpointManager(config, {"model": state})
     manager.restore()
     step = TrainStep()
@@ -193,7 +198,7 @@ def run(args: argparse.Namespace, work: Path) -> None:
             target.mkdir()
             began = time.perf_counter()
             if kind == "repl":
-                replicate_copy(local, target, checkpoint_step, 1, "bench")
+                replicate_copy(local, target, checkpoint_step, 1, "bench", key=key)
                 replication.append(total / (time.perf_counter() - began))
             else:
                 subprocess.run(["cp", *map(str, files), str(target)], check=True)

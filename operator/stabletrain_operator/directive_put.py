@@ -12,14 +12,17 @@ from dataclasses import dataclass
 
 import aiohttp
 
+from stabletrain_agent.contract.base import ContractError
 from stabletrain_agent.contract.channel import (
     AUTHORIZATION_HEADER,
     DIRECTIVES_HTTP_PATH,
+    MAX_ACK_BYTES,
     DirectiveAck,
     bearer,
     parse_directive_ack,
 )
 from stabletrain_agent.contract.directives import Directives
+from stabletrain_operator.capped_read import read_capped
 
 
 class AgentUnreachableError(ConnectionError):
@@ -44,7 +47,8 @@ async def put_directives(
     `session`, through one of its own.
 
     Raises AgentUnreachableError when no answer came, ContractError when the answer is not
-    a DirectiveAck. Delivery is idempotent by generation, so callers retry blindly.
+    a DirectiveAck (or is longer than any acknowledgement, MAX_ACK_BYTES: not read further).
+    Delivery is idempotent by generation, so callers retry blindly.
     """
     if session is None:
         async with aiohttp.ClientSession() as own:
@@ -55,9 +59,14 @@ async def put_directives(
     try:
         async with asyncio.timeout(timeout):
             async with session.put(url, data=payload, headers=headers) as response:
-                status, answer = response.status, await response.read()
+                status, answer = response.status, await read_capped(response, MAX_ACK_BYTES)
     except TimeoutError:
         raise AgentUnreachableError(f"agent at {url} gave no answer within {timeout} s") from None
     except (aiohttp.ClientError, OSError, ValueError) as error:
         raise AgentUnreachableError(f"agent at {url} did not answer: {error}") from None
+    if answer is None:
+        raise ContractError(
+            f"answer of the agent at {url} (HTTP {status}) is over {MAX_ACK_BYTES} bytes; "
+            "expected a DirectiveAck, left unread"
+        )
     return PutResult(status=status, ack=parse_directive_ack(answer))

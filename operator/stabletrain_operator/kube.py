@@ -252,9 +252,19 @@ class Kube:
         return None if found is None else dict(found.get("data") or {})
 
     def secret_value(self, namespace: str, name: str, key: str, owner_uid: str) -> str | None:
+        return (self.secret_data(namespace, name, owner_uid) or {}).get(key)
+
+    def secret_data(self, namespace: str, name: str, owner_uid: str) -> dict[str, str] | None:
+        """Every non-empty value of the job's Secret, decoded; None when there is no such
+        Secret, or it is not the job's."""
         found = self._owned("Secret", namespace, name, owner_uid)
-        raw = None if found is None else (found.get("data") or {}).get(key)
-        return base64.b64decode(raw).decode() if raw else None
+        if found is None:
+            return None
+        return {
+            key: base64.b64decode(raw).decode()
+            for key, raw in (found.get("data") or {}).items()
+            if raw
+        }
 
     def event(self, job: Json, kind: str, reason: str, message: str) -> None:
         """A core/v1 Event on the job; failures are logged, never fatal (status is the record)."""

@@ -207,6 +207,13 @@ def agent_env(spec: StableTrainingJobSpec, job: JobRef, attempt: int, rank: int)
     token_ref = {
         "secretKeyRef": {"name": naming.token_secret(job.name), "key": env.TOKEN_SECRET_KEY}
     }
+    checkpoint_key_ref = {
+        "secretKeyRef": {
+            "name": naming.token_secret(job.name),
+            "key": env.CHECKPOINT_KEY_SECRET_KEY,
+            "optional": True,  # a Secret made before signing has none: the job stays unsigned
+        }
+    }
     return [
         _value(env.JOB_NAME, job.name),
         _value(env.JOB_NAMESPACE, job.namespace),
@@ -222,6 +229,7 @@ def agent_env(spec: StableTrainingJobSpec, job: JobRef, attempt: int, rank: int)
         *checkpoint_env(spec),
         _value(env.DIRECTIVES_PATH, DIRECTIVES_PATH),
         {"name": env.DIRECTIVES_TOKEN, "valueFrom": token_ref},
+        {"name": env.CHECKPOINT_KEY, "valueFrom": checkpoint_key_ref},
         _value(env.AGENT_PORT, agent_port()),
         {"name": env.AGENT_BIND_ADDRESS, **_field("status.podIP")},
         _value(env.TERMINATION_MESSAGE_PATH, env.DEFAULT_TERMINATION_MESSAGE_PATH),
@@ -514,14 +522,17 @@ def build_skip_ranges_config_map(job: JobRef, ranges: Sequence[SkipRange]) -> Js
     }
 
 
-def build_token_secret(job: JobRef, token: str) -> Json:
-    """The bearer token of the live-directive channel; pods read it through secretKeyRef."""
+def build_token_secret(job: JobRef, token: str, checkpoint_key: str) -> Json:
+    """The bearer token of the live-directive channel and the key that signs the job's
+    checkpoints; pods read both through secretKeyRef. Owned by the job, so a job deleted
+    and made again under its name gets a new key: its predecessor's checkpoints are not
+    its own."""
     return {
         "apiVersion": "v1",
         "kind": "Secret",
         "metadata": job.metadata(naming.token_secret(job.name)),
         "type": "Opaque",
-        "stringData": {env.TOKEN_SECRET_KEY: token},
+        "stringData": {env.TOKEN_SECRET_KEY: token, env.CHECKPOINT_KEY_SECRET_KEY: checkpoint_key},
     }
 
 

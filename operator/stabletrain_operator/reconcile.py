@@ -22,9 +22,13 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from stabletrain_agent.contract.base import ContractError
-from stabletrain_agent.contract.channel import new_token
+from stabletrain_agent.contract.channel import new_token, status_credential
 from stabletrain_agent.contract.directives import Directives, SkipRange, parse_directives
-from stabletrain_agent.contract.env import DIRECTIVES_FILE_KEY, TOKEN_SECRET_KEY
+from stabletrain_agent.contract.env import (
+    CHECKPOINT_KEY_SECRET_KEY,
+    DIRECTIVES_FILE_KEY,
+    TOKEN_SECRET_KEY,
+)
 from stabletrain_agent.contract.supervisor import StopOrder, SupervisorReport
 from stabletrain_operator import metrics, naming, pods
 from stabletrain_operator.api.constants import Phase, Reason
@@ -35,6 +39,7 @@ from stabletrain_operator.finite import non_finite_replaced
 from stabletrain_operator.jobview import JobView, Source, identity, parse, source, write_needed
 from stabletrain_operator.kube import Kube, StaleStatusError, each
 from stabletrain_operator.machine import Launch, Transition, World, advance
+from stabletrain_operator.observe import rejected_copies
 from stabletrain_operator.observe.pacing import FAST_INTERVAL_SECONDS, ScrapePacer
 from stabletrain_operator.observe.pods import PodFacts, PodState
 from stabletrain_operator.observe.scrape import Scraper, ScrapeResult, ScrapeTarget, scrape_all
@@ -96,6 +101,11 @@ NAME_TAKEN_RETRY_SECONDS = 5.0
 PREDECESSOR_RETRY_SECONDS = 1.0
 """How often a recreated job looks again for its predecessor's objects to be gone (garbage
 collection removes them within seconds of the old job)."""
+UNSIGNED_MESSAGE = (
+    f"the job's Secret has no {CHECKPOINT_KEY_SECRET_KEY} (it was made before checkpoints were "
+    "signed): this job's checkpoints are neither signed nor checked for a signature; a job "
+    "created anew signs its own (docs/operations.md, Multi-tenant clusters)"
+)
 
 
 @dataclass
@@ -103,6 +113,12 @@ class JobMemory:
     """What one job's daemon keeps between ticks; all of it can be rebuilt after a restart."""
 
     token: str | None = None
+    status_credential: str = ""
+    """What the scrapes present (contract.channel.status_credential of the token)."""
+    signed_checkpoints: bool = True
+    """The job's Secret holds a checkpoint key (one made before signing does not)."""
+    announced_rejections: dict[tuple[str, str], None] = field(default_factory=dict)
+    """Refused checkpoint copies already named in an Event (observe/rejected_copies.py)."""
     nodes: dict[int, str] = field(default_factory=dict)
     """Node of each rank of the newest attempt seen running (the relaunch prefers them)."""
     seen: dict[str, int] = field(default_factory=dict)
@@ -193,7 +209,9 @@ async def _scrape(
         return ()
     memory.last_scrape = time.monotonic()
     targets = [
-        ScrapeTarget(p.name, pods.agent_url(p.ip, p.agent_port), p.attempt)
+        ScrapeTarget(
+            p.name, pods.agent_url(p.ip, p.agent_port), p.attempt, memory.status_credential
+        )
         for p in facts
         if p.attempt == status.attempt and p.state is PodState.RUNNING and p.ip
     ]
@@ -352,16 +370,19 @@ def _attempt_directives(
 
 
 def ensure_base(kube: Kube, job: pods.JobRef, memory: JobMemory, network: NetworkSettings) -> None:
-    """The token Secret, the headless Service and the job's NetworkPolicy: once per job and
-    operator start (the tick calls it until memory.base_ready), kept for every attempt; the
-    policy is brought in line with the operator's settings. NotOwnedError when another
-    owner holds one of the names."""
-    kube.create(pods.build_token_secret(job, new_token()))
+    """The token Secret (with the checkpoint key: 256 random bits like the token), the
+    headless Service and the job's NetworkPolicy: once per job and operator start (the tick
+    calls it until memory.base_ready), kept for every attempt; the policy is brought in line
+    with the operator's settings. A Secret that exists keeps its values: a job's key never
+    changes. NotOwnedError when another owner holds one of the names."""
+    kube.create(pods.build_token_secret(job, new_token(), checkpoint_key=new_token()))
     kube.create(pods.build_service(job))
     if network.enabled:
         kube.create_or_update(build_network_policy(job, pods.agent_port(), network), "spec")
-    name = naming.token_secret(job.name)
-    memory.token = kube.secret_value(job.namespace, name, TOKEN_SECRET_KEY, job.uid)
+    data = kube.secret_data(job.namespace, naming.token_secret(job.name), job.uid) or {}
+    memory.token = data.get(TOKEN_SECRET_KEY)
+    memory.status_credential = status_credential(memory.token) if memory.token else ""
+    memory.signed_checkpoints = CHECKPOINT_KEY_SECRET_KEY in data
     memory.base_ready = True
 
 
@@ -667,10 +688,12 @@ async def tick(
     job, spec, status = view.job, view.spec, view.status
     ref = pods.JobRef(key.name, key.namespace, job["metadata"]["uid"])
     generation = job["metadata"].get("generation")
-    if not memory.base_ready and await _base_or_hold(
-        kube, key, view, memory, ref=ref, tenancy=tenancy
-    ):
-        return True
+    if not memory.base_ready:
+        if await _base_or_hold(kube, key, view, memory, ref=ref, tenancy=tenancy):
+            return True
+        if not memory.signed_checkpoints:
+            await asyncio.to_thread(kube.event, job, "Warning", Reason.CHECKPOINTS_UNSIGNED,
+                                    UNSIGNED_MESSAGE)  # fmt: skip
     facts = _with_vanished(list(indexed), memory, status)
     _remember_nodes(memory, facts, status.attempt)
     present = {p.name for p in facts}
@@ -791,6 +814,8 @@ async def tick(
         )
     for event in transition.events:
         await asyncio.to_thread(kube.event, job, event.type, event.reason, event.message)
+    for message in rejected_copies.announce(memory.announced_rejections, scrapes):
+        await asyncio.to_thread(kube.event, job, "Warning", Reason.CHECKPOINT_REJECTED, message)
     if remediation is not None and votes is not None:
         grew = _vote(memory, votes, key, status, transition.status)
         if grew:

@@ -25,7 +25,7 @@ from support.chaos.run import RECOVERY_PHASES, chaos_manifest, chaos_run, pfs_di
 from support.chaos.schedule import explicit_schedule
 from support.controlplane import ControlPlane
 from support.localnode import LocalCluster
-from support.operator import Jobs, OperatorProcess
+from support.operator import Jobs, OperatorProcess, checkpoint_key
 
 STEPS = 400
 STEP_SLEEP = "0.05"
@@ -95,7 +95,8 @@ def test_three_faults_one_mid_rollback_all_heal_with_the_actions_their_kinds_exp
 
     node_dir = manifest["spec"]["checkpoints"]["local"]["hostPath"]
     host_path = naming.local_tier_host_path(node_dir, job_namespace, "chaos")
-    checkpoints = check_checkpoints(local_cluster, host_path, pfs, torn=())
+    key = checkpoint_key(client.CoreV1Api(api_client), job_namespace, "chaos")
+    checkpoints = check_checkpoints(local_cluster, host_path, pfs, torn=(), key=key)
     assert checkpoints.loaded, "no checkpoint copy was found to check"
     assert not checkpoints.problems, checkpoints.problems
     assert orphans_after_delete(api_client, job_namespace, "chaos") == []

@@ -24,7 +24,7 @@ from support.chaos.inject import Injected, Injector, training_processes
 from support.controlplane import ControlPlane
 from support.localnode import LocalCluster
 from support.localnode.remount import mount_state
-from support.operator import Jobs, OperatorProcess
+from support.operator import Jobs, OperatorProcess, checkpoint_key
 from support.tinygpt import StepLogs, job_manifest
 
 NODES = ("node-a", "node-b", "node-c")
@@ -155,9 +155,10 @@ def test_spike_corruption_pfs_outage_operator_kill_nan_and_kill_take_effect(
         # corrupt-checkpoint: the newest copy on one tier no longer verifies, same size.
         corrupt = injector.inject("corrupt-checkpoint", rng)
         copy, step, attempt = _copy_of(Path(corrupt.target))
+        key = checkpoint_key(jobs.core, job_namespace, name)
         with pytest.raises(CheckpointCorruptError, match="crc32"):
-            verify_copy(copy, step=step, attempt=attempt, deep=True)
-        verify_copy(copy, step=step, attempt=attempt, deep=False)
+            verify_copy(copy, step=step, attempt=attempt, key=key, deep=True)
+        verify_copy(copy, step=step, attempt=attempt, key=key, deep=False)
         print(f"\ncorrupt-checkpoint: {corrupt.detail}")
 
         # pfs-readonly: writes in the pods fail with EROFS; after the outage they work again

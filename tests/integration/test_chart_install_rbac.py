@@ -334,8 +334,8 @@ def test_the_operators_own_api_calls_succeed_with_the_service_account_token(
         # ensure_base: the token Secret, the headless Service and the job's NetworkPolicy
         # (a 409 reads the object back to check its owner), then the token read back.
         token = new_token()
-        assert kube.create(pods.build_token_secret(ref, token))
-        assert not kube.create(pods.build_token_secret(ref, new_token()))  # 409: kept
+        assert kube.create(pods.build_token_secret(ref, token, checkpoint_key=new_token()))
+        assert not kube.create(pods.build_token_secret(ref, new_token(), new_token()))  # 409
         assert kube.create(pods.build_service(ref))
         assert not kube.create(pods.build_service(ref))
         policy = build_network_policy(ref, pods.agent_port(), NetworkSettings())

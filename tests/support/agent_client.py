@@ -30,9 +30,11 @@ from stabletrain_agent.contract.directives import Directives
 from stabletrain_operator.directive_put import AgentUnreachableError, PutResult
 
 
-def fetch_status(base_url: str, timeout: float = 5.0) -> AgentStatus:
-    """GET the agent's status; ContractError names each bad field of a malformed answer."""
-    status, body = _request("GET", base_url + STATUS_HTTP_PATH, timeout=timeout)
+def fetch_status(base_url: str, timeout: float = 5.0, *, credential: str = "") -> AgentStatus:
+    """GET the agent's status; ContractError names each bad field of a malformed answer.
+    With the job's status `credential` the read is the operator's (it hands over)."""
+    headers = {AUTHORIZATION_HEADER: bearer(credential)} if credential else {}
+    status, body = _request("GET", base_url + STATUS_HTTP_PATH, headers=headers, timeout=timeout)
     if status != HTTPStatus.OK:
         raise ContractError(f"status endpoint answered HTTP {status}: {body[:200]!r}")
     return parse_agent_status(body)

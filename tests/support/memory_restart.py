@@ -29,6 +29,7 @@ from stabletrain_agent.checkpoint.inventory_scan import (
     merge_records,
     scan_tiers,
 )
+from stabletrain_agent.checkpoint.signing import UNSIGNED
 from stabletrain_agent.contract import env
 from stabletrain_agent.contract.checkpoint_inventory import CheckpointRecord
 from stabletrain_agent.contract.directives import Directives
@@ -161,7 +162,8 @@ class TwoPods:
 
     def inventory(self) -> list[CheckpointRecord]:
         """What the pods' supervisors would report: each pod's tiers, scanned torch-free."""
-        return merge_records([scan_tiers(self.tiers(rank), VerifyCache()) for rank in range(2)])
+        key = UNSIGNED  # the bench runs unsigned, as a job made before signing
+        return merge_records([scan_tiers(self.tiers(rank), VerifyCache(key)) for rank in range(2)])
 
     def log_events(self, attempt: int, rank: int) -> list[dict[str, Any]]:
         path = self.base / "pfs" / "tiny-gpt-log" / f"attempt-{attempt}-rank-{rank}.jsonl"

@@ -11,6 +11,7 @@ behind would hold its namespace in Terminating forever.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
@@ -25,6 +26,9 @@ from typing import Any
 
 from kubernetes import client
 
+from stabletrain_agent.checkpoint.signing import CheckpointKey
+from stabletrain_agent.contract.env import CHECKPOINT_KEY_SECRET_KEY
+from stabletrain_operator import naming
 from stabletrain_operator.api.constants import CRD_NAME, GROUP, PLURAL, VERSION
 from stabletrain_operator.api.crdgen import CRD_PATH
 from stabletrain_operator.tenancy.settings import DEFAULT_HOST_PATH_PREFIXES
@@ -217,6 +221,14 @@ def job_manifest(
         "metadata": {"name": name},
         "spec": spec,
     }
+
+
+def checkpoint_key(core: Any, namespace: str, job: str) -> CheckpointKey:
+    """The key the job's pods sign their checkpoints with, read from its Secret (what a test
+    needs to verify a copy the way the pods do)."""
+    secret = core.read_namespaced_secret(naming.token_secret(job), namespace)
+    raw = (secret.data or {}).get(CHECKPOINT_KEY_SECRET_KEY)
+    return CheckpointKey(base64.b64decode(raw) if raw else None)
 
 
 class Jobs:

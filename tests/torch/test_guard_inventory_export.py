@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from stabletrain_agent.checkpoint.manager import CheckpointConfig, CheckpointManager
-from stabletrain_agent.contract.channel import AgentStatus
+from stabletrain_agent.contract.channel import AgentStatus, status_credential
 from stabletrain_agent.contract.checkpoint_inventory import CheckpointRecord
 from stabletrain_agent.contract.directives import Directives
 from stabletrain_agent.directive_inbox import DirectiveSource
@@ -33,10 +33,15 @@ class CountingManager(CheckpointManager):
         return super().inventory()
 
 
+TOKEN = "t"
+OPERATOR = status_credential(TOKEN)
+"""What the operator's scrapes present: only their reads count as the hand-over."""
+
+
 @pytest.fixture
 def exporter() -> Iterator[AgentExporter]:
     source = DirectiveSource(0, Directives(generation=1, attempt=0))
-    exporter = AgentExporter(source=source, token="t", node="node-a", node_rank=0)
+    exporter = AgentExporter(source=source, token=TOKEN, node="node-a", node_rank=0)
     exporter.start()
     try:
         yield exporter
@@ -51,7 +56,7 @@ def wait_for_status(
     deadline = time.monotonic() + 30
     while True:
         train_step()
-        status = fetch_status(exporter.url)
+        status = fetch_status(exporter.url, credential=OPERATOR)
         if ready(status):
             return status
         assert time.monotonic() < deadline, f"status never got there: {status}"
@@ -155,14 +160,16 @@ def test_a_copy_landing_while_the_training_thread_is_blocked_is_still_exported(
         manager.wait()
         train_step()  # the last step: the scan sees the copy waiting for the PFS
         deadline = time.monotonic() + 10
-        while not (status := fetch_status(exporter.url)).inventory:
+        while not (status := fetch_status(exporter.url, credential=OPERATOR)).inventory:
             assert time.monotonic() < deadline, status
             time.sleep(0.05)
         assert [(r.step, r.pfs.complete) for r in status.inventory] == [(1, False)]
 
         (tmp_path / "pfs-gone").rename(tmp_path / "pfs")  # it is back; no step from here on
         assert not manager.flush(10).timed_out  # the copy landed
-        status = fetch_status(exporter.url)  # the very next scrape lists it complete
+        status = fetch_status(
+            exporter.url, credential=OPERATOR
+        )  # the very next scrape lists it complete
         assert [(r.step, r.pfs.verified) for r in status.inventory] == [(1, True)], status
         assert status.pfs_available is True
     finally:
@@ -174,14 +181,14 @@ def test_the_heartbeat_counts_training_from_the_end_of_the_restore(
     tmp_path: Path, exporter: AgentExporter
 ) -> None:
     """The operator's start-up stall bound starts here: the restore's time never counts."""
-    before = fetch_status(exporter.url).heartbeat
+    before = fetch_status(exporter.url, credential=OPERATOR).heartbeat
     assert before is not None
     assert before.training_since == before.started_at
     guard, manager, _ = guarded_run(tmp_path, exporter)
     try:
         assert manager.restored_at is not None
         assert manager.restored_at > before.started_at
-        beat = fetch_status(exporter.url).heartbeat
+        beat = fetch_status(exporter.url, credential=OPERATOR).heartbeat
         assert beat is not None
         assert beat.training_since == manager.restored_at
         assert beat.steps_completed == 0
@@ -221,7 +228,7 @@ def test_training_ending_on_an_error_hands_its_copies_in_flight_over_before_it_s
         manager.wait()
         train_step()
         deadline = time.monotonic() + 10
-        while not (status := fetch_status(url)).inventory:
+        while not (status := fetch_status(url, credential=OPERATOR)).inventory:
             assert time.monotonic() < deadline, status
             time.sleep(0.05)
         assert [(r.step, r.pfs.complete) for r in status.inventory] == [(1, False)]
@@ -230,7 +237,7 @@ def test_training_ending_on_an_error_hands_its_copies_in_flight_over_before_it_s
         closing = threading.Thread(target=rank_ends)
         closing.start()
         while not ended.is_set():
-            status = fetch_status(url)  # never refused before the hand-over
+            status = fetch_status(url, credential=OPERATOR)  # never refused before the hand-over
             if [(r.step, r.pfs.verified) for r in status.inventory] == [(1, True)]:
                 break
             assert time.monotonic() < deadline + HAND_OVER_SECONDS, status
@@ -239,7 +246,7 @@ def test_training_ending_on_an_error_hands_its_copies_in_flight_over_before_it_s
         assert not closing.is_alive(), "the hand-over ends once a scrape listed the copy"
         assert [(r.step, r.pfs.verified) for r in status.inventory] == [(1, True)]
         with pytest.raises(AgentUnreachableError):
-            fetch_status(url)  # and then the agent is gone
+            fetch_status(url, credential=OPERATOR)  # and then the agent is gone
     finally:
         manager.close()
         guard.close()
@@ -252,7 +259,7 @@ def test_an_error_ends_at_once_when_the_operator_already_read_the_newest_scan(
     try:
         train_step()
         settled(lambda: manager.scans)
-        fetch_status(exporter.url)  # the operator's scrape
+        fetch_status(exporter.url, credential=OPERATOR)  # the operator's scrape
         started = time.monotonic()
         with pytest.raises(RuntimeError, match="closed by peer"):
             collective_breaks(guard)

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from stabletrain_agent.checkpoint.replicate import PfsCondition
-from stabletrain_agent.contract.channel import AgentStatus
+from stabletrain_agent.contract.channel import AgentStatus, RejectedCopy
 from stabletrain_agent.contract.checkpoint_inventory import CheckpointRecord, TierCopy
 from stabletrain_agent.contract.completion import parse_completion
 from stabletrain_agent.contract.detection import BaselineConfig, DetectionConfig, NonFiniteConfig
@@ -74,6 +74,9 @@ class RecordedCheckpoints:
                 pfs=TierCopy(complete=True, verified=True),
             )
         ]
+
+    def rejected(self) -> tuple[RejectedCopy, ...]:
+        return ()
 
     def flush(self, deadline_s: float, before_step: int | None = None) -> None:
         self.flushed.append((deadline_s, before_step))

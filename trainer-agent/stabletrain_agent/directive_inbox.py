@@ -20,7 +20,11 @@ from pathlib import Path
 from stabletrain_agent.contract import env
 from stabletrain_agent.contract.base import ContractError
 from stabletrain_agent.contract.channel import LiveOutcome, judge_live_directive
-from stabletrain_agent.contract.directives import Directives, parse_directives
+from stabletrain_agent.contract.directives import (
+    GENERATION_ADVANCE_MAX,
+    Directives,
+    parse_directives,
+)
 
 
 class DirectivesError(RuntimeError):
@@ -98,6 +102,8 @@ class DirectiveSource:
             return judge_live_directive(current, incoming)
         if incoming.attempt != self._attempt:
             return LiveOutcome.WRONG_ATTEMPT
+        if incoming.generation > GENERATION_ADVANCE_MAX:
+            return LiveOutcome.GENERATION_TOO_FAR
         if incoming.resume_step is not None:
             return LiveOutcome.RESUME_STEP_CHANGED
         return LiveOutcome.APPLIED
@@ -141,6 +147,11 @@ def _explain(
         )
     if outcome is LiveOutcome.WRONG_ATTEMPT:
         return f"directives are for attempt {incoming.attempt}, this pod runs attempt {attempt}"
+    if outcome is LiveOutcome.GENERATION_TOO_FAR:
+        return (
+            f"generation {incoming.generation} is more than {GENERATION_ADVANCE_MAX} ahead of "
+            f"the applied generation {held}; refused"
+        )
     held_resume = None if current is None else current.resume_step
     return (
         f"resume_step {incoming.resume_step} differs from this attempt's {held_resume}; "

@@ -32,16 +32,23 @@ from stabletrain_agent.contract.base import ContractError
 from stabletrain_agent.contract.channel import (
     OUTCOME_STATUS,
     PFS_MESSAGE_MAX,
+    REJECTED_MAX,
     AgentStatus,
     DirectiveAck,
     LiveOutcome,
+    RejectedCopy,
+    status_credential,
     token_matches,
 )
-from stabletrain_agent.contract.checkpoint_inventory import CheckpointRecord
+from stabletrain_agent.contract.checkpoint_inventory import INVENTORY_MAX, CheckpointRecord
 from stabletrain_agent.contract.directives import parse_directives
 from stabletrain_agent.contract.names import AnomalyClass, Signal
 from stabletrain_agent.contract.preflight import PreflightFacts
-from stabletrain_agent.contract.trip_report import TripReport
+from stabletrain_agent.contract.trip_report import (
+    TripReport,
+    parse_termination_message,
+    render_termination_message,
+)
 from stabletrain_agent.directive_inbox import DirectiveSource
 from stabletrain_agent.heartbeat import HeartbeatClock
 from stabletrain_agent.http_server import KeepAliveWSGIServer
@@ -166,6 +173,7 @@ class _StatusParts:
     preflight: PreflightFacts | None = None
     saved_request: int = 0
     saved_step: int | None = None
+    rejected: tuple[RejectedCopy, ...] = ()
     inventory_serial: int = 0
     """Grows with every inventory or PFS condition set (see `await_inventory_served`)."""
 
@@ -188,6 +196,7 @@ class AgentExporter:
     ) -> None:
         self._source = source
         self._token = token
+        self._status_credential = status_credential(token) if token else ""
         self._node = node
         self._node_rank = node_rank
         self._pod = pod
@@ -301,17 +310,29 @@ class AgentExporter:
             self._non_finite_seen = snapshot.non_finite_total
 
     def record_trip(self, report: TripReport) -> None:
+        """Show the trip as its termination message holds it (cut to 4 KiB), so that the
+        status stays within what the operator reads (MAX_STATUS_BYTES)."""
         self._metrics.trips.inc()
+        fitted = parse_termination_message(render_termination_message(report))
         with self._parts_lock:
-            self._parts = dataclasses.replace(self._parts, latest_trip=report)
+            self._parts = dataclasses.replace(self._parts, latest_trip=fitted)
 
     def set_inventory(self, records: Iterable[CheckpointRecord]) -> None:
+        """The checkpoints to show: the newest INVENTORY_MAX (the operator keeps no more)."""
+        newest = sorted(records, key=lambda record: (record.step, record.attempt))
         with self._parts_lock:
             self._parts = dataclasses.replace(
                 self._parts,
-                inventory=tuple(records),
+                inventory=tuple(newest[-INVENTORY_MAX:]),
                 inventory_serial=self._parts.inventory_serial + 1,
             )
+
+    def set_rejected(self, copies: Iterable[RejectedCopy]) -> None:
+        """Checkpoint copies this process refused, for the operator's Events (the newest
+        REJECTED_MAX)."""
+        shown = tuple(copies)[-REJECTED_MAX:]
+        with self._parts_lock:
+            self._parts = dataclasses.replace(self._parts, rejected=shown)
 
     def set_pfs(self, available: bool, message: str) -> None:
         """Whether this pod's last PFS write succeeded, and the error when it did not."""
@@ -390,6 +411,7 @@ class AgentExporter:
             heartbeat=self._heartbeat.read(),
             saved_request=parts.saved_request,
             saved_step=parts.saved_step,
+            rejected=parts.rejected,
         )
 
     @property
@@ -397,7 +419,7 @@ class AgentExporter:
         return self._parts.inventory_serial
 
     def inventory_sent(self, serial: int) -> None:
-        """A status showing the inventory and PFS condition of `serial` reached its client."""
+        """A status showing the inventory and PFS condition of `serial` reached the operator."""
         with self._sent:
             self._inventory_serial_sent = max(self._inventory_serial_sent, serial)
             self._sent.notify_all()
@@ -407,7 +429,9 @@ class AgentExporter:
         (at once when not serving).
 
         The guard's hand-over before the process ends: what it scanned last is then known to
-        a client (the operator's scrape), not only to this process.
+        the operator, not only to this process. Only the operator's own reads count (they
+        carry the status credential, `operator_reading`): anyone can read the status, and a
+        read by another pod must not end the hand-over before the operator saw it.
         """
         if self._server is None:
             return False
@@ -418,6 +442,10 @@ class AgentExporter:
     def authorized(self, authorization: str | None) -> bool:
         """Constant-time check of a request's Authorization header against the job's token."""
         return token_matches(authorization, self._token)
+
+    def operator_reading(self, authorization: str | None) -> bool:
+        """Whether a status GET is the operator's: it presents the status credential."""
+        return token_matches(authorization, self._status_credential)
 
     def receive_directives(self, body: bytes) -> tuple[HTTPStatus, DirectiveAck]:
         """Judge the body of an authorized PUT: the HTTP status and the acknowledgement."""

@@ -62,6 +62,7 @@ from torch.optim.lr_scheduler import LRScheduler
 from stabletrain_agent.completion import leave_completion
 from stabletrain_agent.consensus import Agreed, agree
 from stabletrain_agent.contract import env
+from stabletrain_agent.contract.channel import RejectedCopy
 from stabletrain_agent.contract.checkpoint_inventory import CheckpointRecord, compact_inventory
 from stabletrain_agent.contract.completion import Completion
 from stabletrain_agent.contract.detection import DetectionConfig
@@ -115,6 +116,10 @@ class Checkpoints(Protocol):
     """What the guard needs from the checkpoint manager (checkpoint.CheckpointManager)."""
 
     def inventory(self) -> Sequence[CheckpointRecord]: ...
+
+    def rejected(self) -> Sequence[RejectedCopy]:
+        """Copies the manager refused (not the job's, damaged), for the status."""
+        ...
 
     def is_save_step(self, step: int) -> bool:
         """Whether the job saves after `step` (spec.checkpoints.intervalSteps)."""
@@ -344,7 +349,9 @@ class Guard:
     def _hand_over_checkpoints(self) -> None:
         """Under the operator (directives applied): finish the copies on their way to the
         PFS and scan when the last scan may be out of date, then keep answering until a
-        status listing the newest scan was served; at most HAND_OVER_SECONDS in all.
+        status listing the newest scan was served to the operator (a read presenting the
+        status credential; anyone else's read does not count); at most HAND_OVER_SECONDS
+        in all.
 
         A rank killed outright ends the other ranks' collective with an error at once (gloo),
         and without this their agents went with them, their copies still in flight
@@ -530,6 +537,7 @@ class Guard:
             return
         condition = checkpoints.pfs_condition
         exporter.set_inventory(records)
+        exporter.set_rejected(checkpoints.rejected())
         exporter.set_pfs(condition.available, condition.message)
         self._awaiting_pfs = any(r.local and not r.pfs.complete for r in records)
 

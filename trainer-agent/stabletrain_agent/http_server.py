@@ -8,6 +8,11 @@ requests in HTTP/1.1 until the client ends it, or a request's body was left unre
 next request would start inside it). An agent that stopped serving must not go on
 answering over a kept connection either: the operator reads a silent agent as one whose
 process is gone or frozen.
+
+The server lives in the training process, so what a client can make it hold is bounded: at
+most MAX_CONNECTIONS connections (a thread each) at once, each dropped after
+REQUEST_TIMEOUT_SECONDS of silence; a connection beyond them gets a 503 and is closed by
+the accepting thread, without a thread of its own.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import logging
 import socket
 import socketserver
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from http.server import BaseHTTPRequestHandler
 from typing import Any
@@ -37,16 +43,34 @@ the connection instead of holding a thread."""
 SHUTDOWN_POLL_SECONDS = 0.05
 """How often the serving thread checks for stop(): a stop returns within about this long."""
 INTERNAL_ERROR_BODY = json.dumps({"error": "internal error; see the agent log"}).encode()
+MAX_CONNECTIONS = 16
+"""Open connections served at once. The operator keeps one per agent (one per replica
+during a hand-over between replicas), a Prometheus server one or two."""
+_BUSY_BODY = json.dumps({"error": "too many open connections to this agent; retry"}).encode()
+BUSY_RESPONSE = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+    b"Retry-After: 1\r\nConnection: close\r\n"
+    + f"Content-Length: {len(_BUSY_BODY)}\r\n\r\n".encode()
+    + _BUSY_BODY
+)
+REFUSAL_LOG_SECONDS = 60.0
+"""At most one warning this often about refused connections (a flood must not fill the log)."""
 
 
 class KeepAliveWSGIServer(ThreadingWSGIServer):
     """Serves one WSGI application on `address`, a thread per connection."""
+
+    request_queue_size = 64
+    """The listen backlog: socketserver's 5 made a burst of connections wait for SYN
+    retransmits (seconds), the operator's among them; refusing one costs microseconds."""
 
     def __init__(self, address: tuple[str, int], application: WSGIApplication) -> None:
         self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
         self._open: set[socket.socket] = set()
         self._open_lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        self._refused = 0
+        self._refusal_logged_at = -REFUSAL_LOG_SECONDS
         super().__init__(address, _Connection)
         self.set_app(application)
 
@@ -74,6 +98,26 @@ class KeepAliveWSGIServer(ThreadingWSGIServer):
         with self._open_lock:
             self._open.add(connection)
         return connection, address
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """A thread for the connection, unless MAX_CONNECTIONS are open already."""
+        with self._open_lock:
+            full = len(self._open) > MAX_CONNECTIONS  # this one is counted already
+        if not full:
+            super().process_request(request, client_address)
+            return
+        request.setblocking(False)  # the accepting thread must never wait on a client
+        with contextlib.suppress(OSError):
+            request.sendall(BUSY_RESPONSE)
+        self.shutdown_request(request)
+        self._refused += 1
+        now = time.monotonic()
+        if now - self._refusal_logged_at >= REFUSAL_LOG_SECONDS:
+            self._refusal_logged_at = now
+            _log.warning(
+                "agent HTTP server: %d connection(s) refused so far, %d already open (last "
+                "from %s)", self._refused, MAX_CONNECTIONS, client_address,
+            )  # fmt: skip
 
     def shutdown_request(self, request: Any) -> None:
         with self._open_lock:

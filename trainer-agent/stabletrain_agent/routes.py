@@ -40,7 +40,7 @@ def agent_app(exporter: AgentExporter) -> WSGIApplication:
     routes: dict[str, dict[str, Route]] = {
         "GET": {
             METRICS_HTTP_PATH: make_wsgi_app(exporter.registry),
-            STATUS_HTTP_PATH: lambda _, start: _status(exporter, start),
+            STATUS_HTTP_PATH: lambda environ, start: _status(exporter, environ, start),
         },
         "PUT": {
             DIRECTIVES_HTTP_PATH: lambda environ, start: _put_directives(exporter, environ, start),
@@ -63,17 +63,23 @@ def agent_app(exporter: AgentExporter) -> WSGIApplication:
     return application
 
 
-def _status(exporter: AgentExporter, start_response: StartResponse) -> Response:
-    exporter.refresh_status()
+def _status(
+    exporter: AgentExporter, environ: WSGIEnvironment, start_response: StartResponse
+) -> Response:
+    operator = exporter.operator_reading(environ.get("HTTP_AUTHORIZATION"))
+    if operator:  # anyone may read; only the operator's read rescans a disk and hands over
+        exporter.refresh_status()
     serial = exporter.inventory_serial  # read first: the status shows this or newer
     body = exporter.status().model_dump_json().encode()
     _start(start_response, HTTPStatus.OK, body)
+    if not operator:
+        return [body]
     return _then(body, lambda: exporter.inventory_sent(serial))
 
 
 def _then(body: bytes, sent: Callable[[], None]) -> Iterator[bytes]:
     """The body, then `sent()` once the server has written it (not when writing failed):
-    the guard's hand-over waits for a status that reached its client."""
+    the guard's hand-over waits for a status that reached the operator."""
     yield body
     sent()
 

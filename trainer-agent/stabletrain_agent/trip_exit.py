@@ -12,7 +12,7 @@ import os
 from datetime import UTC, datetime
 from pathlib import Path
 
-from stabletrain_agent.contract.checkpoint_inventory import CompactCheckpoint
+from stabletrain_agent.contract.checkpoint_inventory import INVENTORY_MAX, CompactCheckpoint
 from stabletrain_agent.contract.names import AnomalyClass
 from stabletrain_agent.contract.trip_report import (
     EVIDENCE_MAX,
@@ -51,7 +51,8 @@ def build_trip_report(
     lineage_path: str,
     suspect_shards: tuple[str, ...] = (),
 ) -> TripReport:
-    """The contract's report for a tripping verdict; the first tripping finding leads."""
+    """The contract's report for a tripping verdict; the first tripping finding leads. Of
+    `inventory` (oldest first) the newest INVENTORY_MAX entries are kept, the rest counted."""
     if not verdict.tripping:
         raise ValueError(f"verdict of step {verdict.step} does not trip; nothing to report")
     lead: Finding = verdict.tripping[0]
@@ -70,7 +71,8 @@ def build_trip_report(
         onset_step=lead.onset_step,
         last_good_step=last_good_step,
         firing=firing[:16],
-        inventory=inventory,
+        inventory=inventory[-INVENTORY_MAX:],
+        inventory_omitted=max(0, len(inventory) - INVENTORY_MAX),
         lineage_path=lineage_path,
         suspect_shards=suspect_shards[:SUSPECT_SHARDS_MAX],
         suspect_shards_omitted=max(0, len(suspect_shards) - SUSPECT_SHARDS_MAX),

@@ -131,6 +131,12 @@ class Reason(StrEnum):
     """A pod kept for a restart in place is replaced after all: its processes did not stop
     in time or survived KILL, or its container ended during the stop."""
     INVALID_TRIP_REPORT = "InvalidTripReport"
+    CHECKPOINT_REJECTED = "CheckpointRejected"
+    """A pod refused a checkpoint copy (not signed with the job's key, damaged, or not what
+    its path says); the Event names it and where a restore moved it aside."""
+    CHECKPOINTS_UNSIGNED = "CheckpointsUnsigned"
+    """The job's Secret holds no checkpoint key (made before signing): its checkpoints are
+    neither signed nor checked for a signature."""
     NO_MATCHING_RULE = "NoMatchingRule"
     PREFLIGHT_PASSED = "PreflightPassed"
     PREFLIGHT_WARNINGS = "PreflightWarnings"

@@ -19,13 +19,19 @@ from http import HTTPStatus
 import aiohttp
 
 from stabletrain_agent.contract.base import ContractError
-from stabletrain_agent.contract.channel import STATUS_HTTP_PATH, AgentStatus, parse_agent_status
+from stabletrain_agent.contract.channel import (
+    AUTHORIZATION_HEADER,
+    MAX_STATUS_BYTES,
+    STATUS_HTTP_PATH,
+    AgentStatus,
+    bearer,
+    parse_agent_status,
+)
 from stabletrain_agent.contract.supervisor import SupervisorReport
+from stabletrain_operator.capped_read import read_capped
 
 _log = logging.getLogger(__name__)
 
-MAX_STATUS_BYTES = 1024 * 1024
-"""A status document with a full inventory is a few tens of KiB; beyond 1 MiB is abuse."""
 DEFAULT_TIMEOUT_SECONDS = 2.0
 
 
@@ -50,6 +56,10 @@ class ScrapeTarget:
     pod: str
     url: str
     attempt: int
+    credential: str = ""
+    """The job's status credential (contract.channel.status_credential), sent so that the
+    agent knows the read is the operator's: only such a read completes its checkpoint
+    hand-over. Empty: sent without one."""
 
 
 @dataclass(frozen=True)
@@ -65,26 +75,18 @@ class ScrapeResult:
     """The supervisor's own status while no training agent answers (its tier scan)."""
 
 
-async def _read_capped(response: aiohttp.ClientResponse) -> bytes | None:
-    body = bytearray()
-    async for chunk in response.content.iter_chunked(64 * 1024):
-        body += chunk
-        if len(body) > MAX_STATUS_BYTES:
-            return None
-    return bytes(body)
-
-
 async def scrape_one(
     session: aiohttp.ClientSession, target: ScrapeTarget, timeout: float
 ) -> ScrapeResult:
     """One pod's status, or the reason there is none; never raises for a bad endpoint."""
     url = target.url + STATUS_HTTP_PATH
+    headers = {AUTHORIZATION_HEADER: bearer(target.credential)} if target.credential else {}
     try:
         async with asyncio.timeout(timeout):
-            async with session.get(url) as response:
+            async with session.get(url, headers=headers) as response:
                 if response.status != HTTPStatus.OK:
                     return _failed(target, ScrapeError.HTTP_STATUS, f"HTTP {response.status}")
-                body = await _read_capped(response)
+                body = await read_capped(response, MAX_STATUS_BYTES)
     except TimeoutError:
         return _failed(target, ScrapeError.TIMEOUT, f"no complete answer within {timeout} s")
     except (aiohttp.ClientError, OSError, ValueError) as error:

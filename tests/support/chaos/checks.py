@@ -23,6 +23,7 @@ from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
 from stabletrain_agent.checkpoint.layout import iter_attempt_dirs, parse_node
 from stabletrain_agent.checkpoint.manifest import CheckpointCorruptError, verify_copy
+from stabletrain_agent.checkpoint.signing import CheckpointKey
 from stabletrain_operator.api.constants import GROUP, PLURAL, VERSION
 from stabletrain_operator.naming import JOB_LABEL
 from support.localnode import LocalCluster
@@ -72,10 +73,11 @@ def _tensors(value: Any) -> Iterable[torch.Tensor]:
             yield from _tensors(item)
 
 
-def load_and_check(directory: Path, step: int, attempt: int) -> str | None:
-    """None if the copy verifies, loads and is finite; else what is wrong."""
+def load_and_check(directory: Path, step: int, attempt: int, key: CheckpointKey) -> str | None:
+    """None if the copy verifies under the job's `key`, loads and is finite; else what is
+    wrong."""
     try:
-        verify_copy(directory, step=step, attempt=attempt, deep=True)
+        verify_copy(directory, step=step, attempt=attempt, key=key, deep=True)
     except CheckpointCorruptError as error:
         return f"does not verify: {error.problem}"
     with tempfile.TemporaryDirectory(prefix="stabletrain-chaos-ckpt-") as scratch:
@@ -94,13 +96,14 @@ def load_and_check(directory: Path, step: int, attempt: int) -> str | None:
 
 
 def check_checkpoints(
-    cluster: LocalCluster, host_path: str, pfs_dir: Path, torn: Iterable[str]
+    cluster: LocalCluster, host_path: str, pfs_dir: Path, torn: Iterable[str], key: CheckpointKey
 ) -> CheckpointReport:
-    """`torn`: the files the run damaged on purpose (a copy holding one is expected to fail)."""
+    """`torn`: the files the run damaged on purpose (a copy holding one is expected to fail);
+    `key`: the job's checkpoint key (support.operator.checkpoint_key)."""
     damaged = [Path(p) for p in torn]
     report = CheckpointReport()
     for label, step, attempt, directory in copies(cluster, host_path, pfs_dir):
-        problem = load_and_check(directory, step, attempt)
+        problem = load_and_check(directory, step, attempt, key)
         if problem is None:
             report.loaded.append(label)
         elif any(d.parent == directory for d in damaged):

@@ -61,7 +61,7 @@ from stabletrain_operator.api.constants import GROUP, PLURAL, VERSION
 from stabletrain_operator.naming import ATTEMPT_LABEL, job_selector
 from support.controlplane import ControlPlane
 from support.localnode import LocalCluster
-from support.operator import OperatorProcess
+from support.operator import OperatorProcess, checkpoint_key
 
 KINDS: tuple[str, ...] = (
     "kill",
@@ -422,13 +422,14 @@ class Injector:
         victim = rng.choice(files)
         at = time.time()
         offset = flip_bytes(victim, rng)
+        key = checkpoint_key(self.core, self.namespace, self.job)
         try:
-            verify_copy(directory, step=step, attempt=attempt, deep=True)
+            verify_copy(directory, step=step, attempt=attempt, key=key, deep=True)
         except CheckpointCorruptError as error:
             seen = error.problem
         else:
             raise InjectionError(f"{victim} still verifies after the damage")
-        verify_copy(directory, step=step, attempt=attempt, deep=False)
+        verify_copy(directory, step=step, attempt=attempt, key=key, deep=False)
         return Injected(
             kind,
             at,

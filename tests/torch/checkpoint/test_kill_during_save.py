@@ -28,6 +28,7 @@ from stabletrain_agent.checkpoint.inventory_scan import (
 )
 from stabletrain_agent.checkpoint.layout import local_copy_dir, local_part_root, pfs_part_dir
 from stabletrain_agent.checkpoint.manager import CheckpointConfig, CheckpointManager
+from stabletrain_agent.checkpoint.signing import UNSIGNED
 from support.processes import DIE_WITH_PARENT
 
 MID_SAVE_KILLS = 50
@@ -97,7 +98,7 @@ def check_listed_copies(local: Path, pfs: Path, loaded: set[tuple[object, ...]])
     A copy already loaded and unchanged on disk since (same files, sizes, mtimes) is not
     loaded again; the listing itself is always recomputed from scratch.
     """
-    cache = VerifyCache()
+    cache = VerifyCache(UNSIGNED)  # the zygote saves without a key
     local = local_part_root(local, "0")
     records = build_records(
         "n0", scan_local(local, "0", cache), scan_pfs(pfs, cache), combined_fence([local, pfs])

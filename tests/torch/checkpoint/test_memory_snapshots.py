@@ -100,7 +100,8 @@ def test_a_restarted_process_resumes_from_the_pods_memory_snapshot(tmp_path: Pat
     """Killed after step 7: the local tier holds 5, the memory tier 6 (3 was replaced)."""
     train(tmp_path, 0, None, range(1, 8))
     assert memory_steps(tmp_path) == [(6, 0)]
-    records = {r.step: r for r in scan_tiers(config(tmp_path, 0).tiers, VerifyCache())}
+    settings = config(tmp_path, 0)
+    records = {r.step: r for r in scan_tiers(settings.tiers, VerifyCache(settings.key))}
     assert records[6].memory == (PodCopy(pod="pod-0", complete=True, verified=True),)
     assert (records[6].local, records[6].pfs.complete) == ((), False)
     assert (records[5].memory, records[5].pfs.verified) == ((), True)

@@ -1,4 +1,6 @@
-"""Real checkpoint copies on disk for the torch-free tests (plain bytes stand in for DCP files)."""
+"""Real checkpoint copies on disk for the torch-free tests (plain bytes stand in for DCP files).
+
+Signed with KEY, as a job's pods sign theirs (the key of a job's Secret)."""
 
 from __future__ import annotations
 
@@ -7,6 +9,9 @@ from pathlib import Path
 
 from stabletrain_agent.checkpoint.commit import commit_copy
 from stabletrain_agent.checkpoint.layout import local_temp_dir
+from stabletrain_agent.checkpoint.signing import CheckpointKey
+
+KEY = CheckpointKey(b"the job's checkpoint key, as its Secret holds it")
 
 
 def write_copy(
@@ -19,6 +24,7 @@ def write_copy(
     stable: bool = True,
     spike_marker: bool = False,
     size: int = 4096,
+    key: CheckpointKey = KEY,
 ) -> Path:
     temp = local_temp_dir(local_root, step, attempt)
     temp.mkdir(parents=True)
@@ -30,6 +36,7 @@ def write_copy(
     commit_copy(
         temp,
         local_root,
+        key=key,
         step=step,
         attempt=attempt,
         node=node,

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
-from ckpt_copies import write_copy
+from ckpt_copies import KEY, write_copy
 
 from stabletrain_agent.checkpoint.fence import StaleAttemptError, read_fence
 from stabletrain_agent.checkpoint.inventory_scan import (
@@ -104,7 +104,7 @@ def test_the_scan_lists_memory_snapshots_under_the_pod(tmp_path: Path) -> None:
     assert dirs.memory_dir is not None
     write_copy(dirs.local_dir, 25, node="0")
     write_copy(dirs.memory_dir, 30, node="0")
-    records = {r.step: r for r in scan_tiers(dirs, VerifyCache())}
+    records = {r.step: r for r in scan_tiers(dirs, VerifyCache(KEY))}
     assert records[30].memory == (PodCopy(pod="pod-a", complete=True, verified=True),)
     assert (records[30].local, records[30].pfs.complete) == ((), False)
     assert records[25].memory == ()
@@ -122,7 +122,7 @@ def test_the_scan_never_lists_a_torn_snapshot(tmp_path: Path) -> None:
     torn = local_temp_dir(dirs.memory_dir, 40, 1)
     torn.mkdir(parents=True)
     (torn / "__0_0.distcp").write_bytes(b"x")
-    assert scan_tiers(dirs, VerifyCache()) == []
+    assert scan_tiers(dirs, VerifyCache(KEY)) == []
 
 
 def test_the_scan_never_lists_a_snapshot_of_another_lineage(tmp_path: Path) -> None:
@@ -133,7 +133,7 @@ def test_the_scan_never_lists_a_snapshot_of_another_lineage(tmp_path: Path) -> N
     write_copy(dirs.memory_dir, 30, attempt=1, node="0")
     write_copy(dirs.local_dir, 20, attempt=1, node="0")
     start_attempt(dirs.local_dir, attempt=2, resume_step=20)  # any tier's fence counts
-    assert [(r.step, r.attempt) for r in scan_tiers(dirs, VerifyCache())] == [(20, 1)]
+    assert [(r.step, r.attempt) for r in scan_tiers(dirs, VerifyCache(KEY))] == [(20, 1)]
 
 
 def pod_env(tmp_path: Path, **extra: str) -> dict[str, str]:
@@ -171,7 +171,7 @@ def test_a_forgotten_copy_is_verified_again(tmp_path: Path) -> None:
     """The snapshot thread forgets the copies it deleted: the cache keeps no entry per
     snapshot of a long run (and a copy under that name is read afresh)."""
     copy = write_copy(tmp_path / "memory", 30, node="0")
-    cache = VerifyCache()
+    cache = VerifyCache(KEY)
     assert cache.check(copy, step=30, attempt=1, node="0").ok
     shard = next(copy.glob("*.distcp"))
     stat = shard.stat()

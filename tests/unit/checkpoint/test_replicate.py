@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
-from ckpt_copies import write_copy
+from ckpt_copies import KEY, write_copy
 
 from stabletrain_agent.checkpoint import atomic
 from stabletrain_agent.checkpoint.inventory_scan import (
@@ -30,12 +30,12 @@ def test_replicated_part_is_byte_identical_and_verifies(tmp_path: Path) -> None:
     local, pfs = tmp_path / "local", tmp_path / "pfs"
     pfs.mkdir()
     copy = write_copy(local, 100, size=100_000)
-    copied = replicate_copy(local, pfs, 100, 1, "n0")
+    copied = replicate_copy(local, pfs, 100, 1, "n0", key=KEY)
     part = pfs_part_dir(pfs, 100, 1, "n0")
     assert copied == sum(p.stat().st_size for p in copy.iterdir() if p.name != MANIFEST_NAME)
     subprocess.run(["cmp", copy / "__0_0.distcp", part / "__0_0.distcp"], check=True)
-    verify_copy(part, step=100, attempt=1, node="n0")
-    assert replicate_copy(local, pfs, 100, 1, "n0") == 0  # idempotent
+    verify_copy(part, step=100, attempt=1, node="n0", key=KEY)
+    assert replicate_copy(local, pfs, 100, 1, "n0", key=KEY) == 0  # idempotent
 
 
 def test_corrupt_local_copy_is_not_propagated(tmp_path: Path) -> None:
@@ -47,7 +47,7 @@ def test_corrupt_local_copy_is_not_propagated(tmp_path: Path) -> None:
     data[10] ^= 0xFF
     shard.write_bytes(bytes(data))
     with pytest.raises(CheckpointCorruptError, match="fails its crc32 check"):
-        replicate_copy(local, pfs, 100, 1, "n0")
+        replicate_copy(local, pfs, 100, 1, "n0", key=KEY)
     assert not pfs_part_dir(pfs, 100, 1, "n0").exists()
     assert [p.name for p in (pfs / "step-0000000100" / "attempt-1").iterdir()] == []
 
@@ -58,10 +58,10 @@ def test_pfs_is_complete_only_with_every_nodes_part(tmp_path: Path) -> None:
     nodes = ("n0", "n1")
     for node in nodes:
         write_copy(tmp_path / node, 100, node=node, nodes=nodes)
-    cache = VerifyCache()
-    replicate_copy(tmp_path / "n0", pfs, 100, 1, "n0")
+    cache = VerifyCache(KEY)
+    replicate_copy(tmp_path / "n0", pfs, 100, 1, "n0", key=KEY)
     assert not scan_pfs(pfs, cache)[(100, 1)].complete
-    replicate_copy(tmp_path / "n1", pfs, 100, 1, "n1")
+    replicate_copy(tmp_path / "n1", pfs, 100, 1, "n1", key=KEY)
     assert scan_pfs(pfs, cache)[(100, 1)].complete
     flip = pfs_part_dir(pfs, 100, 1, "n1") / "__1_0.distcp"
     data = bytearray(flip.read_bytes())
@@ -77,7 +77,9 @@ def test_pfs_removed_saves_continue_condition_set_then_catch_up(tmp_path: Path) 
     local, pfs = tmp_path / "local", tmp_path / "pfs"
     pfs.mkdir()
     errors: list[str] = []
-    replicator = Replicator(local, pfs, "n0", retry_interval_s=0.05, on_error=errors.append)
+    replicator = Replicator(
+        local, pfs, "n0", key=KEY, retry_interval_s=0.05, on_error=errors.append
+    )
     try:
         write_copy(local, 100)
         replicator.submit(100, 1)
@@ -98,7 +100,7 @@ def test_pfs_removed_saves_continue_condition_set_then_catch_up(tmp_path: Path) 
         assert result.replicated == (100, 200, 300)
         assert replicator.condition.available
         for step in (100, 200, 300):
-            verify_copy(pfs_part_dir(pfs, step, 1, "n0"), step=step, attempt=1, node="n0")
+            verify_copy(pfs_part_dir(pfs, step, 1, "n0"), step=step, attempt=1, node="n0", key=KEY)
     finally:
         replicator.close()
     assert any("not there" in message for message in errors)
@@ -109,7 +111,7 @@ def test_unwritable_pfs_raises_a_named_error(tmp_path: Path) -> None:
     pfs.write_text("a file where the PFS directory should be")
     write_copy(local, 100)
     with pytest.raises(PfsUnavailableError, match="not there"):
-        replicate_copy(local, pfs, 100, 1, "n0")
+        replicate_copy(local, pfs, 100, 1, "n0", key=KEY)
 
 
 def test_inventory_lists_local_and_pfs_state(tmp_path: Path) -> None:
@@ -117,8 +119,8 @@ def test_inventory_lists_local_and_pfs_state(tmp_path: Path) -> None:
     pfs.mkdir()
     write_copy(local, 100)
     write_copy(local, 200, stable=False, spike_marker=True)
-    replicate_copy(local, pfs, 100, 1, "n0")
-    cache = VerifyCache()
+    replicate_copy(local, pfs, 100, 1, "n0", key=KEY)
+    cache = VerifyCache(KEY)
     records = build_records(
         "n0", scan_local(local, "n0", cache), scan_pfs(pfs, cache), combined_fence([local, pfs])
     )

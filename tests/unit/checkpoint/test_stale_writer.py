@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from ckpt_copies import write_copy
+from ckpt_copies import KEY, write_copy
 
 from stabletrain_agent.checkpoint.commit import commit_copy
 from stabletrain_agent.checkpoint.fence import StaleAttemptError, advance_fence
@@ -25,7 +25,7 @@ NODES = ("n0", "n1")
 
 
 def pfs_complete(pfs: Path, n0_local: Path) -> dict[tuple[int, int], bool]:
-    cache = VerifyCache()
+    cache = VerifyCache(KEY)
     records = build_records(
         "n0", scan_local(n0_local, "n0", cache), scan_pfs(pfs, cache), combined_fence([pfs])
     )
@@ -41,10 +41,10 @@ def test_stale_writer_cannot_complete_new_attempts_checkpoint(tmp_path: Path) ->
 
     advance_fence(pfs, attempt=2, resume_step=100)  # attempt 2 rolled back to step 100
     write_copy(n0, 200, attempt=2, node="n0", nodes=NODES)
-    replicate_copy(n0, pfs, 200, 2, "n0")  # n1 of attempt 2 has not replicated yet
+    replicate_copy(n0, pfs, 200, 2, "n0", key=KEY)  # n1 of attempt 2 has not replicated yet
 
     with pytest.raises(StaleAttemptError, match="attempt 1 is superseded by attempt 2"):
-        replicate_copy(lost, pfs, 200, 1, "n1")
+        replicate_copy(lost, pfs, 200, 1, "n1", key=KEY)
     assert pfs_complete(pfs, n0) == {(200, 2): False}
 
     # Even if the stale writer won the race against the fence check, its part lands under
@@ -71,6 +71,7 @@ def test_stale_writer_cannot_commit_locally_after_the_fence(tmp_path: Path) -> N
         commit_copy(
             temp,
             local,
+            key=KEY,
             step=200,
             attempt=1,
             node="n0",

@@ -43,16 +43,21 @@ def test_round_trip_is_exact() -> None:
     assert parse_directives(original.to_json()) == original
 
 
-def test_wire_format_is_camel_case() -> None:
+def test_wire_format_is_camel_case_and_leaves_defaults_out() -> None:
+    """A field at its default is not sent: an agent older than the field still reads the
+    directives as long as no decision set it (docs/operations.md, "Version skew")."""
     wire = json.loads(rich_directives().to_json())
     assert {"resumeStep", "lrScale", "rewarmupSteps", "tripOn"} <= wire.keys()
-    assert wire["skip"][0] == {
-        "first": 31_000,
-        "last": 31_200,
-        "unit": "Step",
-        "shardIds": ["shard-0"],
+    assert wire["skip"][0] == {"first": 31_000, "last": 31_200, "shardIds": ["shard-0"]}
+    assert wire["skip"][-1] == {"first": 5, "last": 9, "unit": "Batch"}
+    assert wire["detection"] == {
+        "custom": [{"name": "val_loss", "kind": "Above", "threshold": 3.2}]
     }
-    assert wire["detection"]["lossSpike"] == {"ratio": 1.6, "zscore": None, "consecutiveSteps": 4}
+    assert "saveRequest" not in wire
+    assert json.loads(Directives(generation=1, attempt=0).to_json()) == {
+        "generation": 1,
+        "attempt": 0,
+    }
 
 
 def test_minimal_directives_get_documented_defaults() -> None:

@@ -10,6 +10,7 @@ import pytest
 
 from stabletrain_agent.contract.base import ContractError
 from stabletrain_agent.contract.checkpoint_inventory import (
+    INVENTORY_MAX,
     CheckpointRecord,
     CopyFlags,
     NodeCopy,
@@ -64,7 +65,9 @@ def report(inventory_size: int, **changes: object) -> TripReport:
         "onset_step": 31_219,
         "last_good_step": 31_218,
         "firing": ("LossSpike",),
-        "inventory": compact_inventory(records(inventory_size), "node-a"),
+        # As the agent builds it (trip_exit.build_trip_report): the newest INVENTORY_MAX.
+        "inventory": compact_inventory(records(inventory_size), "node-a")[-INVENTORY_MAX:],
+        "inventory_omitted": max(0, inventory_size - INVENTORY_MAX),
         "lineage_path": "/pfs/jobs/llm/lineage/attempt-2/spike-31219.jsonl",
     }
     fields.update(changes)
@@ -78,7 +81,10 @@ def test_small_report_round_trips_exactly() -> None:
 
 
 def test_long_inventory_is_cut_to_the_newest_entries() -> None:
-    original = report(1000)
+    """1000 checkpoints: the report holds the newest INVENTORY_MAX (all the operator keeps),
+    and with long text beside them the message fits by dropping the oldest of those too."""
+    original = long_texts_report()
+    assert len(original.inventory) == INVENTORY_MAX
     message = render_termination_message(original)
     size = len(message.encode())
     print(f"1000-entry inventory rendered in {size} bytes")
@@ -87,18 +93,25 @@ def test_long_inventory_is_cut_to_the_newest_entries() -> None:
     kept = len(parsed.inventory)
     assert parsed.inventory_omitted == 1000 - kept
     assert parsed.inventory == original.inventory[-kept:]
-    assert kept > 100
+    assert INVENTORY_KEPT_FIRST < kept < INVENTORY_MAX
     assert parsed.model_copy(update={"inventory": (), "inventory_omitted": 0}) == (
-        original.model_copy(update={"inventory": ()})
+        original.model_copy(update={"inventory": (), "inventory_omitted": 0})
     )
 
 
+def long_texts_report() -> TripReport:
+    """1000 checkpoints, and a lineage path and evidence so long that not every one of the
+    newest INVENTORY_MAX fits beside them."""
+    lineage = "/pfs/" + "\U0001f525" * (LINEAGE_PATH_MAX - 5)
+    return report(1000, lineage_path=lineage, evidence="\u00e9" * EVIDENCE_MAX)
+
+
 def test_cut_is_as_small_as_possible() -> None:
-    message = render_termination_message(report(1000))
-    parsed = parse_termination_message(message)
+    original = long_texts_report()
+    parsed = parse_termination_message(render_termination_message(original))
     one_more = parsed.model_copy(
         update={
-            "inventory": report(1000).inventory[-(len(parsed.inventory) + 1) :],
+            "inventory": original.inventory[-(len(parsed.inventory) + 1) :],
             "inventory_omitted": parsed.inventory_omitted - 1,
         }
     )

@@ -13,12 +13,8 @@ from http.server import BaseHTTPRequestHandler
 
 import pytest
 
-from stabletrain_operator.observe.scrape import (
-    MAX_STATUS_BYTES,
-    ScrapeError,
-    ScrapeTarget,
-    scrape_all,
-)
+from stabletrain_agent.contract.channel import MAX_STATUS_BYTES
+from stabletrain_operator.observe.scrape import ScrapeError, ScrapeTarget, scrape_all
 from support.loopback_http import serving
 
 GOOD = {
@@ -119,7 +115,7 @@ def _cases() -> list[Reply]:
         _with(updatedAt="yesterday"),
         _with(updatedAt="2026-01-01T00:00:00"),
         _with(appliedGeneration=-1),
-        _with(unexpected="field"),
+        _with(rejected=[{"path": "/stabletrain/local/node-0/step-0000000010/attempt-0"}]),
         _with(firing=[{"signal": "NoSuchSignal"}]),
         _with(firing="LossSpike"),
         _with(

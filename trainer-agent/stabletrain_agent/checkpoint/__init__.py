@@ -4,6 +4,6 @@ training processes inside the pod).
 
 This package root imports nothing, so the operator (and a process in the pod that scans
 the tiers while training is down) can import the torch-free modules (layout, manifest,
-fence, inventory_scan, memory_tier, retention, selection, replicate) without pulling in
-torch; only `manager`, `snapshot` and `states` need it.
+signing, fence, inventory_scan, memory_tier, retention, selection, replicate) without
+pulling in torch; only `manager`, `snapshot`, `states` and `safe_load` need it.
 """

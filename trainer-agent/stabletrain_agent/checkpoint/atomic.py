@@ -7,6 +7,7 @@ every helper fsyncs the file, renames, then fsyncs the directory that holds the 
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import shutil
 import uuid
@@ -63,7 +64,13 @@ def write_file_atomic(path: Path, data: bytes) -> None:
 
 def crc32_file(path: Path) -> str:
     """CRC-32 of a file's bytes as 8 hex digits (see manifest.py for why CRC-32)."""
+    return digest_file(path, sha256=False)[0]
+
+
+def digest_file(path: Path, *, sha256: bool) -> tuple[str, str | None]:
+    """CRC-32 (8 hex digits) and, when asked, SHA-256 (64) of a file, in one read of it."""
     checksum = 0
+    digest = hashlib.sha256() if sha256 else None
     buffer = bytearray(COPY_CHUNK_BYTES)
     view = memoryview(buffer)
     with path.open("rb", buffering=0) as handle:
@@ -72,7 +79,9 @@ def crc32_file(path: Path) -> str:
             if not count:
                 break
             checksum = zlib.crc32(view[:count], checksum)
-    return f"{checksum:08x}"
+            if digest is not None:
+                digest.update(view[:count])
+    return f"{checksum:08x}", None if digest is None else digest.hexdigest()
 
 
 def _copy_range(src: int, dst: int, offset: int, count: int) -> None:

@@ -4,7 +4,9 @@ which can be trusted.
 The result uses the contract's `CheckpointRecord`, the form the status endpoint exports
 and the trip report compacts.  Deep verification (re-reading every byte) is cached per copy
 keyed on the files' sizes and modification times, so frequent scans stay cheap while a
-copy that changes on disk is re-read.
+copy that changes on disk is re-read.  The cache also remembers the copies it refused (not
+signed with the job's key, damaged): the agent reports them, and the operator names each
+in an Event.
 
 Torch-free and given nothing but the tier directories (`TierDirs`): a process in the pod
 that outlives the training processes scans with it while they are down, and the pod's
@@ -24,7 +26,14 @@ from pathlib import Path
 from stabletrain_agent.checkpoint.fence import Fence, FenceCorruptError, read_fence
 from stabletrain_agent.checkpoint.layout import iter_attempt_dirs, local_part_root, parse_node
 from stabletrain_agent.checkpoint.manifest import CheckpointCorruptError, CopyManifest, verify_copy
+from stabletrain_agent.checkpoint.signing import CheckpointKey
 from stabletrain_agent.contract import env
+from stabletrain_agent.contract.channel import (
+    COPY_PATH_MAX,
+    PROBLEM_MAX,
+    REJECTED_MAX,
+    RejectedCopy,
+)
 from stabletrain_agent.contract.checkpoint_inventory import (
     CheckpointRecord,
     NodeCopy,
@@ -39,6 +48,9 @@ class CopyCheck:
 
     manifest: CopyManifest | None
     problem: str | None
+    refused: str | None = None
+    """Why the copy itself is refused (its manifest, signature or files); None when it
+    verified, or when the tier could not be read (no verdict on the copy)."""
 
     @property
     def ok(self) -> bool:
@@ -54,11 +66,31 @@ def _fingerprint(directory: Path) -> tuple[tuple[str, int, int], ...]:
 
 
 class VerifyCache:
-    """Deep verification results, valid while a copy's files are unchanged on disk."""
+    """Deep verification results under the job's key, valid while a copy's files are
+    unchanged on disk; and the copies refused, newest last."""
 
-    def __init__(self) -> None:
+    def __init__(self, key: CheckpointKey) -> None:
+        self.key = key
         self._lock = threading.Lock()
         self._results: dict[Path, tuple[tuple[tuple[str, int, int], ...], CopyCheck]] = {}
+        self._refused: dict[Path, RejectedCopy] = {}
+
+    def refused(self, directory: Path, problem: str, quarantined_as: Path | None = None) -> None:
+        """Record a copy that did not verify (and where a restore moved it, if it did)."""
+        copy = RejectedCopy(
+            path=str(directory)[:COPY_PATH_MAX],
+            problem=problem[:PROBLEM_MAX],
+            quarantined_as=None if quarantined_as is None else str(quarantined_as)[:COPY_PATH_MAX],
+        )
+        with self._lock:
+            self._refused.pop(directory, None)
+            self._refused[directory] = copy
+            while len(self._refused) > REJECTED_MAX:
+                del self._refused[next(iter(self._refused))]
+
+    def rejected(self) -> tuple[RejectedCopy, ...]:
+        with self._lock:
+            return tuple(self._refused.values())
 
     def remember(self, directory: Path, manifest: CopyManifest) -> None:
         """Record a copy whose checksums the caller has just computed from what it wrote."""
@@ -83,9 +115,11 @@ class VerifyCache:
         if cached is not None and cached[0] == fingerprint:
             return cached[1]
         try:
-            result = CopyCheck(verify_copy(directory, step=step, attempt=attempt, node=node), None)
+            manifest = verify_copy(directory, step=step, attempt=attempt, key=self.key, node=node)
+            result = CopyCheck(manifest, None)
         except CheckpointCorruptError as error:
-            result = CopyCheck(None, str(error))
+            result = CopyCheck(None, str(error), error.problem)
+            self.refused(directory, error.problem)
         except OSError as error:
             result = CopyCheck(None, f"cannot read {directory}: {error}")
         with self._lock:

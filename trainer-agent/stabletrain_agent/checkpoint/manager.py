@@ -43,7 +43,7 @@ from typing import Any, Literal
 
 import torch
 import torch.distributed as dist
-from torch.distributed.checkpoint.filesystem import FileSystemReader, FileSystemWriter
+from torch.distributed.checkpoint.filesystem import FileSystemWriter
 from torch.distributed.checkpoint.planner import SavePlan, SavePlanner
 from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
@@ -65,6 +65,7 @@ from stabletrain_agent.checkpoint.fence import (
     check_not_stale,
 )
 from stabletrain_agent.checkpoint.inventory_scan import (
+    CopyCheck,
     TierDirs,
     VerifyCache,
     combined_fence,
@@ -84,6 +85,7 @@ from stabletrain_agent.checkpoint.layout import (
 from stabletrain_agent.checkpoint.manifest import (
     CheckpointCorruptError,
     CopyManifest,
+    read_signed_manifest,
     verify_copy,
 )
 from stabletrain_agent.checkpoint.priority import lower_current_thread_priority
@@ -95,9 +97,16 @@ from stabletrain_agent.checkpoint.retention import (
     copies_within,
     plan_deletions,
 )
+from stabletrain_agent.checkpoint.safe_load import (
+    VerifiedReader,
+    WeightsOnlyPlanner,
+    load_metadata,
+)
+from stabletrain_agent.checkpoint.signing import UNSIGNED, CheckpointKey
 from stabletrain_agent.checkpoint.snapshot import MemorySnapshots, SnapshotOwner
 from stabletrain_agent.checkpoint.states import Stateful
 from stabletrain_agent.contract import env
+from stabletrain_agent.contract.channel import RejectedCopy
 from stabletrain_agent.contract.checkpoint_inventory import CheckpointRecord
 
 log = logging.getLogger(__name__)
@@ -174,6 +183,9 @@ class CheckpointConfig:
     (spec.checkpoints.memory.intervalSteps)."""
     pod: str = field(default_factory=socket.gethostname)
     """The pod's name: inventories report the memory tier's snapshots under it."""
+    key: CheckpointKey = UNSIGNED
+    """The job's checkpoint key (signing.py): signs every copy, and only copies it signed
+    are loaded; without one, copies are unsigned and only unsigned ones are loaded."""
 
     def __post_init__(self) -> None:
         if self.keep_local < MIN_KEEP or self.keep_pfs < MIN_KEEP:
@@ -228,6 +240,7 @@ class CheckpointConfig:
             memory_root=Path(memory) if memory else None,
             memory_interval_steps=memory_interval_steps(environ),
             pod=environ.get(env.POD_NAME) or socket.gethostname(),
+            key=CheckpointKey.from_env(environ),
         )
 
     @property
@@ -315,7 +328,7 @@ class CheckpointManager:
             self._make_groups()
         self.is_node_leader = self.rank == min(self.node_ranks)
         self._stager = DefaultStager(StagingOptions(False, False, False, False))
-        self._cache = VerifyCache()
+        self._cache = VerifyCache(config.key)
         self._in_flight: _Save | None = None
         self._last_saved_step: int | None = None
         self._started = False
@@ -339,6 +352,7 @@ class CheckpointManager:
                 config.local_dir,
                 config.pfs_root,
                 config.part,
+                key=config.key,
                 retry_interval_s=config.replication_retry_s,
                 on_error=log.warning,
                 cache=self._cache,
@@ -506,6 +520,7 @@ class CheckpointManager:
             manifest = commit_copy(
                 temp,
                 self.config.local_dir,
+                key=self.config.key,
                 step=save.step,
                 attempt=self.config.attempt,
                 node=self.config.part,
@@ -564,7 +579,7 @@ class CheckpointManager:
             candidates = [key for key in candidates if key[0] == max_step]
         rejected = [
             problem
-            for key in sorted(set(problems) - set(candidates), reverse=True)
+            for key in sorted(problems, reverse=True)
             if max_step is None or (key[0] == max_step if exact else key[0] <= max_step)
             for problem in problems[key]
         ]
@@ -623,43 +638,74 @@ class CheckpointManager:
         """A verified manifest for every checkpoint this node can see on either tier; the
         problems of copies that do not verify are collected for the restore report."""
         found: dict[tuple[int, int], CopyManifest] = {}
+        part_name = self.config.part
         with contextlib.suppress(OSError):
             for key, pfs_check in scan_pfs(self.config.pfs_root, self._cache).items():
-                part = pfs_check.parts.get(self.config.part)
+                part = pfs_check.parts.get(part_name)
                 if part is not None and part.manifest is not None:
                     found[key] = part.manifest
                 elif part is not None and part.problem is not None:
-                    problems.setdefault(key, []).append(part.problem)
-        local = scan_local(self.config.local_dir, self.config.part, self._cache)
+                    path = pfs_part_dir(self.config.pfs_root, *key, part_name)
+                    problems.setdefault(key, []).append(self._refusal(path, part))
+        local = scan_local(self.config.local_dir, part_name, self._cache)
         memory_dir = self.config.memory_dir
-        memory = scan_local(memory_dir, self.config.part, self._cache) if memory_dir else {}
+        memory = scan_local(memory_dir, part_name, self._cache) if memory_dir else {}
         for key, check in (*memory.items(), *local.items()):
             if check.manifest is not None:
                 found[key] = check.manifest
             elif check.problem is not None:
-                problems.setdefault(key, []).append(check.problem)
+                path = local_copy_dir(self.config.local_dir, *key)
+                problems.setdefault(key, []).append(self._refusal(path, check))
         return found
+
+    def _refusal(self, path: Path, check: CopyCheck) -> str:
+        """The restore report's line for a copy of this node that did not pass its check:
+        the node leader moves a refused one aside (never loaded, kept for forensics)."""
+        if check.refused is None or not self.is_node_leader:
+            return check.problem or ""
+        return self._set_aside(path, check.refused)
 
     def _prepare_copy(self, step: int, attempt: int, rejected: list[str]) -> Source | None:
         if self._memory_copy_verifies(step, attempt, rejected):
             return "memory"
+        key, part_name = self.config.key, self.config.part
         local = local_copy_dir(self.config.local_dir, step, attempt)
         if local.is_dir():
             try:
-                verify_copy(local, step=step, attempt=attempt, node=self.config.part)
+                load_metadata(
+                    local, verify_copy(local, step=step, attempt=attempt, key=key, node=part_name)
+                )
                 return "local"
             except CheckpointCorruptError as error:
-                moved = quarantine(local)
-                rejected.append(f"{error} (moved to {moved.name})")
-                log.error("local copy rejected: %s; kept as %s", error, moved)
-        part = pfs_part_dir(self.config.pfs_root, step, attempt, self.config.part)
+                rejected.append(self._set_aside(error.path, error.problem))
+        part = pfs_part_dir(self.config.pfs_root, step, attempt, part_name)
         try:
-            verify_copy(part, step=step, attempt=attempt, node=self.config.part)
+            load_metadata(
+                part, verify_copy(part, step=step, attempt=attempt, key=key, node=part_name)
+            )
             self._reseed(part, step, attempt)
             return "pfs"
-        except (CheckpointCorruptError, OSError) as error:
+        except CheckpointCorruptError as error:
+            rejected.append(
+                f"PFS part of step {step}: {self._set_aside(error.path, error.problem)}"
+            )
+        except OSError as error:
             rejected.append(f"PFS part of step {step}: {error}")
-            return None
+        return None
+
+    def _set_aside(self, path: Path, problem: str) -> str:
+        """Quarantine a copy a restore refused and report it (AgentStatus.rejected); the
+        restore report's line for it."""
+        refused = CheckpointCorruptError(path, problem)
+        try:
+            moved = quarantine(path)
+        except OSError as error:  # a read-only PFS: refused all the same, left in place
+            self._cache.refused(path, problem)
+            log.error("%s; cannot move it aside: %s", refused, error)
+            return f"{refused} (left in place: {error})"
+        self._cache.refused(path, problem, quarantined_as=moved)
+        log.error("%s; kept as %s", refused, moved)
+        return f"{refused} (moved to {moved.name})"
 
     def _memory_copy_verifies(self, step: int, attempt: int, rejected: list[str]) -> bool:
         """The pod's snapshot of the step, re-read in full; one that does not verify is
@@ -671,7 +717,10 @@ class CheckpointManager:
         if not snapshot.is_dir():
             return False
         try:
-            verify_copy(snapshot, step=step, attempt=attempt, node=self.config.part)
+            manifest = verify_copy(
+                snapshot, step=step, attempt=attempt, key=self.config.key, node=self.config.part
+            )
+            load_metadata(snapshot, manifest)
             return True
         except CheckpointCorruptError as error:
             remove_tree_durable(snapshot)
@@ -697,7 +746,9 @@ class CheckpointManager:
             for source in sorted(part.iterdir()):
                 copy_file_synced(source, temp / source.name)
             fsync_dir(temp)
-            verify_copy(temp, step=step, attempt=attempt, node=self.config.part)
+            verify_copy(
+                temp, step=step, attempt=attempt, key=self.config.key, node=self.config.part
+            )
             os.rename(temp, local_copy_dir(self.config.local_dir, step, attempt))
             fsync_dir(parent)
         finally:
@@ -722,9 +773,13 @@ class CheckpointManager:
         return chosen
 
     def _load(self, directory: Path) -> None:
+        """Load a verified copy: its manifest checked again (it may have been swapped since),
+        and nothing unpickled beyond what safe_load.py allows."""
+        manifest = read_signed_manifest(directory, self.config.key)
         dcp_load(
             self._state(),
-            storage_reader=FileSystemReader(directory),
+            storage_reader=VerifiedReader(directory, manifest),
+            planner=WeightsOnlyPlanner(),
             process_group=self._node_group,
             no_dist=not self._distributed,
         )
@@ -793,6 +848,10 @@ class CheckpointManager:
         Memory snapshots are reported under the pod's name (they are gone with the pod).
         """
         return scan_tiers(self.config.tiers, self._cache)
+
+    def rejected(self) -> tuple[RejectedCopy, ...]:
+        """Copies this process refused (scans and restores), newest last, for the status."""
+        return self._cache.rejected()
 
     @property
     def inventory_version(self) -> int:

@@ -41,6 +41,7 @@ from stabletrain_agent.checkpoint.layout import (
 )
 from stabletrain_agent.checkpoint.manifest import CheckpointCorruptError, verify_copy
 from stabletrain_agent.checkpoint.priority import lower_current_thread_priority
+from stabletrain_agent.checkpoint.signing import CheckpointKey
 
 
 class PfsUnavailableError(Exception):
@@ -54,22 +55,23 @@ def replicate_copy(
     attempt: int,
     node: str,
     *,
+    key: CheckpointKey,
     cache: VerifyCache | None = None,
 ) -> int:
     """Copy one committed local copy to the PFS; return the bytes copied (0 if already there).
 
-    Raises CheckpointCorruptError if the local copy does not verify (nothing is written)
-    and PfsUnavailableError if the PFS cannot be written.
+    Raises CheckpointCorruptError if the local copy does not verify under the job's `key`
+    (nothing is written) and PfsUnavailableError if the PFS cannot be written.
     """
     source = local_copy_dir(local_root, step, attempt)
-    manifest = verify_copy(source, step=step, attempt=attempt, node=node, deep=False)
+    manifest = verify_copy(source, step=step, attempt=attempt, key=key, node=node, deep=False)
     target = pfs_part_dir(pfs_root, step, attempt, node)
     if not pfs_root.is_dir():
         raise PfsUnavailableError(f"PFS root {pfs_root} is not there (not mounted?)")
     try:
         check_not_stale(pfs_root, attempt)
         if target.is_dir():
-            verify_copy(target, step=step, attempt=attempt, node=node)
+            verify_copy(target, step=step, attempt=attempt, key=key, node=node)
             return 0
         parent = attempt_dir(pfs_root, step, attempt)
         make_dirs_durable(parent, stop_at=pfs_root)
@@ -77,7 +79,7 @@ def replicate_copy(
         temp.mkdir()
     except CheckpointCorruptError:
         quarantine(target)  # a damaged part on the PFS: set aside, then copy afresh
-        return replicate_copy(local_root, pfs_root, step, attempt, node, cache=cache)
+        return replicate_copy(local_root, pfs_root, step, attempt, node, key=key, cache=cache)
     except OSError as error:
         raise PfsUnavailableError(f"cannot write to PFS {pfs_root}: {error}") from error
     copied = 0
@@ -88,7 +90,7 @@ def replicate_copy(
             copied += size
         copy_file_synced(source / MANIFEST_NAME, temp / MANIFEST_NAME)
         fsync_dir(temp)
-        _verify_new_part(temp, source, read_back, step=step, attempt=attempt, node=node)
+        _verify_new_part(temp, source, read_back, step=step, attempt=attempt, key=key, node=node)
         check_not_stale(pfs_root, attempt)
         try:
             os.rename(temp, target)
@@ -96,7 +98,7 @@ def replicate_copy(
             if not target.is_dir():
                 raise
             shutil.rmtree(temp, ignore_errors=True)  # another writer committed it first
-            verify_copy(target, step=step, attempt=attempt, node=node)
+            verify_copy(target, step=step, attempt=attempt, key=key, node=node)
             return 0
         fsync_dir(parent)
         if cache is not None:
@@ -116,7 +118,14 @@ def replicate_copy(
 
 
 def _verify_new_part(
-    temp: Path, source: Path, read_back: dict[str, str], *, step: int, attempt: int, node: str
+    temp: Path,
+    source: Path,
+    read_back: dict[str, str],
+    *,
+    step: int,
+    attempt: int,
+    key: CheckpointKey,
+    node: str,
 ) -> None:
     """Check the new part (manifest and sizes on disk, checksums as read back) before commit.
 
@@ -125,12 +134,12 @@ def _verify_new_part(
     copy, which is treated like an unavailable PFS and retried later.
     """
     try:
-        manifest = verify_copy(temp, step=step, attempt=attempt, node=node, deep=False)
+        manifest = verify_copy(temp, step=step, attempt=attempt, key=key, node=node, deep=False)
         for name, entry in sorted(manifest.files.items()):
             if read_back.get(name) != entry.crc32:
                 raise CheckpointCorruptError(temp, f"file {name!r} fails its crc32 check")
     except CheckpointCorruptError as copy_error:
-        verify_copy(source, step=step, attempt=attempt, node=node)
+        verify_copy(source, step=step, attempt=attempt, key=key, node=node)
         raise PfsUnavailableError(f"copy on the PFS does not verify: {copy_error}") from None
 
 
@@ -159,12 +168,14 @@ class Replicator:
         pfs_root: Path,
         node: str,
         *,
+        key: CheckpointKey,
         retry_interval_s: float = 5.0,
         on_error: Callable[[str], None] | None = None,
         cache: VerifyCache | None = None,
         on_landed: Callable[[], None] | None = None,
     ) -> None:
         self._cache = cache
+        self._key = key
         self.local_root = local_root
         self.pfs_root = pfs_root
         self.node = node
@@ -266,7 +277,13 @@ class Replicator:
         step, attempt = key
         try:
             copied = replicate_copy(
-                self.local_root, self.pfs_root, step, attempt, self.node, cache=self._cache
+                self.local_root,
+                self.pfs_root,
+                step,
+                attempt,
+                self.node,
+                key=self._key,
+                cache=self._cache,
             )
         except PfsUnavailableError as error:
             self._set_condition(False, str(error))

@@ -179,6 +179,7 @@ class MemorySnapshots:
             manifest = commit_copy(
                 temp,
                 owner.memory_dir,
+                key=self._cache.key,
                 step=step,
                 attempt=owner.attempt,
                 node=owner.part,

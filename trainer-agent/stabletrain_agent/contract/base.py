@@ -2,7 +2,10 @@
 
 camelCase on the wire because the same models are embedded in the Kubernetes resource,
 whose conventions are camelCase; snake_case in Python. Unknown fields are errors, never
-ignored: a misspelt threshold silently falling back to a default is how runs get lost.
+ignored: a misspelt threshold silently falling back to a default is how runs get lost. The
+one exception is what an agent reports to the operator (`AgentReport`): an agent may be a
+release newer than the operator, and a field the operator does not know is something it
+need not act on (docs/operations.md, "Version skew").
 Attribute docstrings become the field descriptions of the CRD and of docs/api.md.
 """
 
@@ -27,6 +30,19 @@ class ContractModel(BaseModel):
         ser_json_inf_nan="strings",
         use_attribute_docstrings=True,
     )
+
+
+class AgentReport(ContractModel):
+    """Base of what an agent sends the operator (status, trip report, preflight facts,
+    acknowledgements): fields the reader does not know are ignored, not refused.
+
+    An agent one optional field newer than its operator must still be read: a refused
+    status would blind the operator to the whole job. Nothing the operator decides on is
+    lost by it: a new field only ever adds what an older operator never acted on. What the
+    operator tells an agent (directives) stays strict in the other direction.
+    """
+
+    model_config = ConfigDict(extra="ignore")
 
 
 def kubernetes_rules(*rules: tuple[str, str, str]) -> dict[str, Any]:

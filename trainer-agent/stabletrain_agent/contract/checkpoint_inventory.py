@@ -15,15 +15,21 @@ from enum import IntFlag
 
 from pydantic import AwareDatetime, Field
 
-from stabletrain_agent.contract.base import ContractModel
+from stabletrain_agent.contract.base import AgentReport
 
 NODE_NAME_MAX = 253
 """A Kubernetes node name is a DNS subdomain."""
 POD_NAME_MAX = 253
 """So is a pod name."""
+NODES_MAX = 10_000
+"""Pods of the largest job (spec.workers.nodes): a record merged from every node's report
+holds at most one local copy per pod."""
+INVENTORY_MAX = 64
+"""Checkpoints one report lists, the newest: the job's status keeps as many, and the
+operator plans from them (a trip report holds fewer still)."""
 
 
-class TierCopy(ContractModel):
+class TierCopy(AgentReport):
     """One copy of a checkpoint on one tier."""
 
     complete: bool = False
@@ -47,7 +53,7 @@ class PodCopy(TierCopy):
     """Pod whose memory tier holds the snapshot."""
 
 
-class CheckpointRecord(ContractModel):
+class CheckpointRecord(AgentReport):
     """Everything known about the checkpoint of one step."""
 
     step: int = Field(ge=0)
@@ -61,9 +67,9 @@ class CheckpointRecord(ContractModel):
     saved_at: AwareDatetime
     """When the local save completed."""
     pfs: TierCopy = Field(default_factory=TierCopy)
-    local: tuple[NodeCopy, ...] = ()
+    local: tuple[NodeCopy, ...] = Field(default=(), max_length=NODES_MAX, fail_fast=True)
     """One entry per node that holds a local copy."""
-    memory: tuple[PodCopy, ...] = ()
+    memory: tuple[PodCopy, ...] = Field(default=(), max_length=NODES_MAX, fail_fast=True)
     """One entry per pod that holds a snapshot in its memory tier."""
 
     def local_copy(self, node: str) -> NodeCopy | None:

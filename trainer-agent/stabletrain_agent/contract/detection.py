@@ -31,6 +31,9 @@ from stabletrain_agent.contract.names import (
     custom_signal,
 )
 
+CUSTOM_SIGNALS_MAX = 16
+"""Custom signals one job may define."""
+
 PositiveRatio = Annotated[float, Field(gt=1.0, le=1000.0, allow_inf_nan=False)]
 """A multiple of a baseline that counts as a jump; 1 or less would fire on healthy steps."""
 
@@ -233,7 +236,7 @@ class DetectionConfig(ContractModel):
     600 s when null (docs/policy.md, Stalled)."""
     custom: tuple[CustomSignalConfig, ...] = Field(
         default=(),
-        max_length=16,
+        max_length=CUSTOM_SIGNALS_MAX,
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
     )
     """User-named signals, unique by name; rules refer to them as `custom:<name>`."""

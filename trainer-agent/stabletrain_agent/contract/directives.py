@@ -4,12 +4,17 @@ Directives are versioned by a generation that only ever grows: every rank applie
 newest one it has seen and ignores older ones, so a retried or reordered delivery cannot
 undo a newer decision. The attempt number fences them: directives for another attempt are
 refused, so a pod of an attempt being torn down cannot act on the next attempt's plan.
+
+An agent refuses a field it does not know (a plan it cannot carry out must fail loudly),
+so the operator leaves out every field at its default (`to_json`): an older agent then
+reads a newer operator's directives until a decision needs what it lacks. Defaults never
+change for that reason; a different default is a new field.
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Self
+from typing import Annotated, Self
 
 from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -19,10 +24,11 @@ from stabletrain_agent.contract.base import (
     describe_errors,
     kubernetes_rules,
 )
-from stabletrain_agent.contract.detection import DetectionConfig
+from stabletrain_agent.contract.detection import CUSTOM_SIGNALS_MAX, DetectionConfig
 from stabletrain_agent.contract.names import (
     AGENT_SIGNALS,
     CUSTOM_SIGNAL_PREFIX,
+    SIGNAL_NAME_MAX,
     Signal,
     is_signal_name,
 )
@@ -37,6 +43,20 @@ class SkipUnit(StrEnum):
     BATCH = "Batch"
     """Global batch indices of the data order (PaLM's "skip 200-500 batches")."""
 
+
+SHARD_ID_MAX = 128
+SHARD_IDS_MAX = 1024
+SKIP_RANGES_MAX = 65_536
+"""More ranges than a directives body of MAX_DIRECTIVES_BYTES can hold (each is at least 20
+bytes of JSON): the byte cap is the binding bound, this one states it."""
+GENERATION_MAX = 2**31 - 1
+"""Far beyond the decisions of any job (one per rollback, restart, LR reduction or save
+request), and exact in every JSON reader and in the CRD's int64."""
+GENERATION_ADVANCE_MAX = 64
+"""How far one live directive may move a pod's generation. The operator moves it by one per
+decision and re-sends the whole directives to a pod that missed some, so a pod lags by the
+few decisions it missed; a larger jump would only make the operator's next decisions look
+stale to that pod."""
 
 RUN_END = 2**53 - 1
 """`last` of a skip range that lasts for the rest of the run: the largest integer every JSON
@@ -57,7 +77,9 @@ class SkipRange(ContractModel):
     last: int = Field(ge=0)
     """Inclusive."""
     unit: SkipUnit = SkipUnit.STEP
-    shard_ids: tuple[str, ...] = Field(default=(), max_length=1024)
+    shard_ids: tuple[Annotated[str, Field(max_length=SHARD_ID_MAX)], ...] = Field(
+        default=(), max_length=SHARD_IDS_MAX
+    )
     """When set, only samples of these shards inside the range are skipped (the lineage
     named them); empty means everything in the range."""
 
@@ -83,7 +105,7 @@ DEFAULT_TRIP_ON: tuple[str, ...] = (Signal.LOSS_SPIKE.value, Signal.NON_FINITE.v
 class Directives(ContractModel):
     """The operator's complete instructions for one attempt of a run."""
 
-    generation: int = Field(ge=1)
+    generation: int = Field(ge=1, le=GENERATION_MAX)
     """Grows with every new decision; the agent applies only generations newer than its own."""
     attempt: int = Field(ge=0)
     """Attempt these are for; must equal the pod's STABLETRAIN_ATTEMPT."""
@@ -98,14 +120,16 @@ class Directives(ContractModel):
     """After resuming, the multiplier ramps linearly from 0 to `lr_scale` over this many
     steps: the optimizer state is fresh relative to the data and a full LR at once is what
     spiked in the first place."""
-    skip: tuple[SkipRange, ...] = ()
+    skip: tuple[SkipRange, ...] = Field(default=(), max_length=SKIP_RANGES_MAX)
     """Data never to be consumed again, across all attempts so far."""
     save_request: int = Field(default=0, ge=0)
     """Grows when the operator asks for a checkpoint now (before it stops the pods for
     spec.suspend): every rank saves at the step it adopts these directives, the copy is
     flushed to the PFS, and the status endpoint reports the request as `savedRequest`."""
     detection: DetectionConfig = Field(default_factory=DetectionConfig)
-    trip_on: tuple[str, ...] = DEFAULT_TRIP_ON
+    trip_on: tuple[Annotated[str, Field(max_length=SIGNAL_NAME_MAX)], ...] = Field(
+        default=DEFAULT_TRIP_ON, max_length=len(AGENT_SIGNALS) + CUSTOM_SIGNALS_MAX
+    )
     """Sustained signals that stop training on every rank at once and leave a trip report.
     All other signals only report (metrics, status endpoint)."""
 
@@ -128,7 +152,9 @@ class Directives(ContractModel):
         return self
 
     def to_json(self) -> str:
-        return self.model_dump_json()
+        """The wire form: fields at their default left out, so an older agent that does
+        not know a field reads the directives as long as no decision set it."""
+        return self.model_dump_json(exclude_defaults=True)
 
 
 def parse_directives(payload: str | bytes) -> Directives:

@@ -58,6 +58,11 @@ DIRECTIVES_PATH = "STABLETRAIN_DIRECTIVES_PATH"
 before it creates the pods, so it is there at start; later changes go over HTTP)."""
 DIRECTIVES_TOKEN = "STABLETRAIN_DIRECTIVES_TOKEN"
 """Bearer token for the live-directive endpoint (secretKeyRef into the per-job Secret)."""
+CHECKPOINT_KEY = "STABLETRAIN_CHECKPOINT_KEY"
+"""The job's checkpoint key (secretKeyRef into the per-job Secret): every manifest the job
+writes is signed with it, and a copy whose signature does not verify is never loaded. Unset
+(a job whose Secret predates signing, a run outside the operator): manifests are written
+unsigned and only unsigned ones are read (docs/operations.md, "Multi-tenant clusters")."""
 AGENT_PORT = "STABLETRAIN_AGENT_PORT"
 """Port of the agent's HTTP server (/metrics, status, live directives) on local rank 0."""
 AGENT_BIND_ADDRESS = "STABLETRAIN_AGENT_BIND_ADDRESS"
@@ -101,6 +106,8 @@ DEFAULT_AGENT_BIND_ADDRESS = "0.0.0.0"
 
 TOKEN_SECRET_KEY = "token"
 """Key of the token inside the per-job Secret."""
+CHECKPOINT_KEY_SECRET_KEY = "checkpointKey"
+"""Key of the checkpoint key inside the same Secret."""
 
 # torchrun's options as the operator sets them: torchrun reads PET_<OPTION> for every option
 # not given on its command line (torch 2.9, torch/distributed/argparse_util.py).

@@ -40,6 +40,8 @@ CUSTOM_SIGNAL_PREFIX = "custom:"
 
 CUSTOM_NAME_PATTERN = r"[a-z][a-z0-9_]{0,62}"
 """Lower snake_case, so a custom name is a valid Prometheus label value and metric suffix."""
+SIGNAL_NAME_MAX = len(CUSTOM_SIGNAL_PREFIX) + 63
+"""The longest signal name: `custom:` and a 63-character custom name."""
 
 SIGNAL_PATTERN = (
     "^("

@@ -16,7 +16,7 @@ from enum import StrEnum
 
 from pydantic import Field, ValidationError
 
-from stabletrain_agent.contract.base import ContractError, ContractModel, describe_errors
+from stabletrain_agent.contract.base import AgentReport, ContractError, describe_errors
 
 MAX_PREFLIGHT_MESSAGE_BYTES = 4096
 """Kubernetes keeps at most 4 KiB of a termination message; the facts must fit."""
@@ -31,7 +31,7 @@ class Precision(StrEnum):
     """Pure fp16 parameters, or fp32 parameters under fp16 autocast (the GradScaler case)."""
 
 
-class OptimizerFacts(ContractModel):
+class OptimizerFacts(AgentReport):
     """The optimizer's stability knobs (param group 0; null when the optimizer has none)."""
 
     name: str = Field(max_length=128)
@@ -46,17 +46,17 @@ class OptimizerFacts(ContractModel):
     """dtype of the parameters, hence of the optimizer state PyTorch keeps for them."""
 
 
-class TierFacts(ContractModel):
+class TierFacts(AgentReport):
     """One checkpoint tier as seen from this pod at start-up."""
 
-    name: str = Field(pattern="^(local|pfs)$")
+    name: str = Field(pattern="^(local|pfs)$", max_length=5)
     path: str = Field(max_length=4096)
     free_bytes: int | None = Field(default=None, ge=0)
     """statvfs free space available to this process; null when the directory is missing."""
     total_bytes: int | None = Field(default=None, ge=0)
 
 
-class PreflightFacts(ContractModel):
+class PreflightFacts(AgentReport):
     """Everything the checklist judges; measured on rank 0 before the first step."""
 
     max_grad_norm: float | None = Field(default=None, gt=0.0)
@@ -83,7 +83,7 @@ class PreflightFacts(ContractModel):
     moments): the size of one full checkpoint, before compression."""
     checkpoint_interval_steps: int | None = Field(default=None, ge=1)
     """As the script declares it to the Guard; null: the job's spec says it."""
-    tiers: tuple[TierFacts, ...] = Field(default=(), max_length=2)
+    tiers: tuple[TierFacts, ...] = Field(default=(), max_length=2, fail_fast=True)
     data_shards: int | None = Field(default=None, ge=0)
     """Shards of the ShardedBatches helper; null when the script uses no such helper (then a
     rollback cannot skip data)."""

@@ -27,7 +27,12 @@ from typing import TypeVar
 
 from pydantic import AwareDatetime, Field, ValidationError
 
-from stabletrain_agent.contract.base import ContractError, ContractModel, describe_errors
+from stabletrain_agent.contract.base import (
+    AgentReport,
+    ContractError,
+    ContractModel,
+    describe_errors,
+)
 from stabletrain_agent.contract.directives import Directives
 
 START_HTTP_PATH = "/v1/supervisor/start"
@@ -67,7 +72,7 @@ ENDED_STATES = frozenset({ProcessState.EXITED, ProcessState.STOPPED})
 """States in which no process of the attempt is left."""
 
 
-class SupervisorReport(ContractModel):
+class SupervisorReport(AgentReport):
     """The supervisor's own part of a pod's status: the processes it runs."""
 
     attempt: int = Field(ge=0)
@@ -114,11 +119,11 @@ class StopOrder(ContractModel):
     """Time between TERM and KILL."""
 
 
-class OrderAck(ContractModel):
+class OrderAck(AgentReport):
     """The supervisor's answer to an order: its report after taking it, and why if not."""
 
     accepted: bool
-    message: str = ""
+    message: str = Field(default="", max_length=MESSAGE_MAX)
     report: SupervisorReport
 
 

@@ -16,20 +16,21 @@ from typing import Annotated, Literal
 
 from pydantic import AwareDatetime, Field, ValidationError, field_validator
 
-from stabletrain_agent.contract.base import ContractError, ContractModel, describe_errors
+from stabletrain_agent.contract.base import AgentReport, ContractError, describe_errors
 from stabletrain_agent.contract.checkpoint_inventory import (
+    INVENTORY_MAX,
     NODE_NAME_MAX,
     POD_NAME_MAX,
     CompactCheckpoint,
 )
-from stabletrain_agent.contract.names import AnomalyClass, is_signal_name
+from stabletrain_agent.contract.directives import SHARD_ID_MAX
+from stabletrain_agent.contract.names import SIGNAL_NAME_MAX, AnomalyClass, is_signal_name
 
 TERMINATION_MESSAGE_LIMIT = 4096
 """Bytes of a termination message the kubelet keeps; anything longer is cut mid-JSON."""
 EVIDENCE_MAX = 512
 LINEAGE_PATH_MAX = 512
 FIRING_MAX = 16
-SHARD_ID_MAX = 128
 SUSPECT_SHARDS_MAX = 256
 INVENTORY_KEPT_FIRST = 8
 """Newest inventory entries kept before suspect shards are cut: the rollback target is
@@ -37,7 +38,7 @@ almost always among them."""
 _ELLIPSIS = "..."
 
 
-class TripReport(ContractModel):
+class TripReport(AgentReport):
     """Why training stopped, with what the operator needs to plan the rollback."""
 
     schema_version: Literal[1] = 1
@@ -52,7 +53,7 @@ class TripReport(ContractModel):
     """Step at which every rank stopped."""
     tripped_at: AwareDatetime
     """When the ranks agreed to stop."""
-    signal: str
+    signal: str = Field(max_length=SIGNAL_NAME_MAX)
     """The signal that tripped (the first, when several tripped on the same step)."""
     anomaly_class: AnomalyClass
     evidence: str = Field(default="", max_length=EVIDENCE_MAX)
@@ -65,16 +66,22 @@ class TripReport(ContractModel):
     """First step of the anomalous run; skip ranges are placed around it."""
     last_good_step: int | None = Field(default=None, ge=0)
     """Last step judged healthy before the onset; null if none was judged yet."""
-    firing: tuple[str, ...] = Field(default=(), max_length=FIRING_MAX)
+    firing: tuple[Annotated[str, Field(max_length=SIGNAL_NAME_MAX)], ...] = Field(
+        default=(), max_length=FIRING_MAX, fail_fast=True
+    )
     """Every signal firing at `step` (tripping or not), for rules with compound conditions."""
-    inventory: tuple[CompactCheckpoint, ...] = ()
-    """This node's checkpoints, oldest first, in the compact `[step, attempt, flags]` form."""
+    inventory: tuple[CompactCheckpoint, ...] = Field(
+        default=(), max_length=INVENTORY_MAX, fail_fast=True
+    )
+    """This node's newest checkpoints, oldest first, in the compact `[step, attempt, flags]`
+    form."""
     inventory_omitted: int = Field(default=0, ge=0)
-    """Older entries left out to fit the 4 KiB message; the full list is on the PFS."""
+    """Older entries left out (beyond the newest 64, or to fit the 4 KiB message); the PFS
+    holds them all."""
     lineage_path: str = Field(default="", max_length=LINEAGE_PATH_MAX)
     """PFS path of the full spike-window lineage (which shards/samples each step consumed)."""
     suspect_shards: tuple[Annotated[str, Field(min_length=1, max_length=SHARD_ID_MAX)], ...] = (
-        Field(default=(), max_length=SUSPECT_SHARDS_MAX)
+        Field(default=(), max_length=SUSPECT_SHARDS_MAX, fail_fast=True)
     )
     """Shards consumed from shortly before the onset to the trip, most suspect first: what
     a rollback's skip range may be narrowed to (SkipRange.shardIds)."""

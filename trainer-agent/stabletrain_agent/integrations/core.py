@@ -29,6 +29,7 @@ from stabletrain_agent.checkpoint.planned import restore_planned
 from stabletrain_agent.checkpoint.replicate import FlushResult, PfsCondition
 from stabletrain_agent.checkpoint.states import RngState, Stateful
 from stabletrain_agent.contract import env
+from stabletrain_agent.contract.channel import RejectedCopy
 from stabletrain_agent.contract.checkpoint_inventory import CheckpointRecord
 from stabletrain_agent.directive_inbox import DirectiveSource
 from stabletrain_agent.guard import Guard, GuardEnv
@@ -102,6 +103,9 @@ class FrameworkCheckpoints:
     def inventory(self) -> Sequence[CheckpointRecord]:
         return self.manager.inventory()
 
+    def rejected(self) -> Sequence[RejectedCopy]:
+        return self.manager.rejected()
+
     def is_save_step(self, step: int) -> bool:
         return self.manager.is_save_step(step)
 
@@ -172,8 +176,9 @@ class BlobState:
     torch.distributed.checkpoint loads into a template of the same keys and tensor shapes,
     which a process that has not built the framework's state yet cannot offer (a fresh
     optimizer has no state). A framework's checkpoint travels as one blob instead; the
-    framework restores it through its own loading path. The blob is written by this run
-    and read back by it, so it is unpickled like any torch checkpoint of one's own.
+    framework restores it through its own loading path. The blob is read back only from a
+    copy signed with the job's key, and even then with `weights_only=True`: tensors,
+    containers and plain values, never arbitrary classes (checkpoint/safe_load.py).
     """
 
     def __init__(self, source: Callable[[], object]) -> None:
@@ -187,7 +192,7 @@ class BlobState:
         return {"blob": buffer.getvalue()}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.loaded = torch.load(io.BytesIO(state_dict["blob"]), weights_only=False)
+        self.loaded = torch.load(io.BytesIO(state_dict["blob"]), weights_only=True)
 
 
 class DeferredRng(RngState):

@@ -57,9 +57,12 @@ class AgentLink:
             return None
         return Answer(response.status, response.getheader("Content-Type") or "", data)
 
-    def status(self) -> dict[str, Any] | None:
-        """The agent's status document, or None when no agent answered with one."""
-        answer = self._request("GET", STATUS_HTTP_PATH)
+    def status(self, authorization: str | None) -> dict[str, Any] | None:
+        """The agent's status document, or None when no agent answered with one. The
+        caller's credential goes with it: only the operator's read completes a process's
+        checkpoint hand-over."""
+        headers = {AUTHORIZATION_HEADER: authorization} if authorization else {}
+        answer = self._request("GET", STATUS_HTTP_PATH, headers=headers)
         if answer is None or answer.status != http.HTTPStatus.OK:
             return None
         try:

@@ -99,7 +99,8 @@ class Attempts:
         self._tail = tail
         """What the launchers' output pumps keep: the current attempt's output."""
         first = int(settings.base_env.get(env.ATTEMPT, "0") or "0")
-        self._current = _Current(first, ProcessState.STOPPED)
+        # Running from the start: the pod's own attempt is being started (start_first).
+        self._current = _Current(first, ProcessState.RUNNING)
         self._started = 0
         self._orders = _Orders(newest=first)
         self._worker = threading.Thread(target=self._work, name="orders", daemon=True)
@@ -161,9 +162,7 @@ class Attempts:
                 return False, f"attempt {attempt} is older than attempt {self._orders.newest}"
             if self._current.state is ProcessState.UNKILLABLE:
                 return False, "processes of the previous attempt cannot be ended: replace the pod"
-            if attempt == self._orders.newest and (
-                attempt != self._current.attempt or self._current.launched is not None
-            ):
+            if attempt == self._orders.newest:
                 return True, f"attempt {attempt} already ordered"
             self._orders.newest = attempt
         grace = order.grace_seconds

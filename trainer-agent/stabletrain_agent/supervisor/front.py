@@ -111,8 +111,8 @@ class Front:
 
     # ----------------------------------------------------------------- pass-through
 
-    def _status(self, _: WSGIEnvironment, start_response: StartResponse) -> Response:
-        document = self.agent.status()
+    def _status(self, environ: WSGIEnvironment, start_response: StartResponse) -> Response:
+        document = self.agent.status(environ.get("HTTP_AUTHORIZATION"))
         report = self.attempts.report(agent_answered=document is not None)
         if document is None or document.get("attempt") != report.attempt:
             document = own_status(

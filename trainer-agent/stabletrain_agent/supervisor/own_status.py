@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from stabletrain_agent.checkpoint.inventory_scan import TierDirs, VerifyCache, scan_tiers
+from stabletrain_agent.checkpoint.signing import CheckpointKey
 from stabletrain_agent.contract import env
 from stabletrain_agent.contract.channel import AgentStatus
 from stabletrain_agent.contract.checkpoint_inventory import CheckpointRecord
@@ -34,7 +35,7 @@ class TierScan:
         except ValueError as error:
             _log.warning("supervisor: no checkpoint scan: %s", error)
             self._tiers = None
-        self._cache = VerifyCache()
+        self._cache = VerifyCache(CheckpointKey.from_env(environ))
 
     @property
     def pod(self) -> str | None:

@@ -102,11 +102,11 @@ def main(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> int:
     )
     bind = environ.get(env.AGENT_BIND_ADDRESS) or env.DEFAULT_AGENT_BIND_ADDRESS
     port = int(_number(environ, env.AGENT_PORT, env.DEFAULT_AGENT_PORT))
+    attempts.start_first()  # queued before any order can arrive: an order comes after it
     server = KeepAliveWSGIServer((bind, port), front.app())
     server.serve_in_background("supervisor-http")
     _log.info("serving %s:%d; training agent behind it on 127.0.0.1:%d; command: %s",
               bind, port, settings.local_agent_port, " ".join(settings.argv))  # fmt: skip
-    attempts.start_first()
     try:
         while not terminated.is_set():
             if attempts.completed():
