@@ -104,10 +104,16 @@ class FailureRecord(ApiModel):
     attempt: int = Field(ge=0)
     """The attempt that failed."""
     signature: str = Field(max_length=256)
-    """The error line the failure is compared by (e.g. `ModuleNotFoundError: No module
-    named 'x'`), else the pod's reason and exit code."""
+    """The failing rank's own last error line(s), which the failure is compared by (e.g.
+    `ModuleNotFoundError: No module named 'x'` or `train.py: error: unrecognized
+    arguments: --bad`; never torchrun's summary), else the signal that killed it, else the
+    pod's reason and exit code."""
+    exit_code: int | None = None
+    """The failing rank's own exit code as torchrun's summary reports it (negative: killed
+    by that signal), else the container's; torchrun itself exits 1 whatever the rank did."""
     message: str = Field(default="", max_length=FAILURE_MESSAGE_MAX)
-    """The failure's own words: the culprit's termination message or its log tail."""
+    """The failure's own words at length: the culprit's termination message or its log
+    tail (the conditions quote only the error line)."""
     nodes: tuple[str, ...] = Field(default=(), max_length=64)
     """Nodes of the failed pods."""
     before_first_step: bool = False
