@@ -27,7 +27,7 @@ from stabletrain_agent.contract.directives import Directives, SkipRange, parse_d
 from stabletrain_agent.contract.env import DIRECTIVES_FILE_KEY, TOKEN_SECRET_KEY
 from stabletrain_operator import metrics, naming, pods
 from stabletrain_operator.api.constants import Phase
-from stabletrain_operator.api.spec import StableTrainingJobSpec
+from stabletrain_operator.api.spec import RecoverySpec, StableTrainingJobSpec
 from stabletrain_operator.api.status import StableTrainingJobStatus, SuspectNode
 from stabletrain_operator.directive_put import AgentUnreachableError, put_directives
 from stabletrain_operator.finite import non_finite_replaced
@@ -39,6 +39,8 @@ from stabletrain_operator.observe.pods import PodFacts, PodState
 from stabletrain_operator.observe.scrape import Scraper, ScrapeResult, ScrapeTarget, scrape_all
 from stabletrain_operator.observe.stall import RankProgress
 from stabletrain_operator.plan.merged_inventory import copies_in_flight
+from stabletrain_operator.platform_policy.catalog import PolicyCatalog
+from stabletrain_operator.platform_policy.effective import EffectivePolicy, effective_policy
 from stabletrain_operator.policy import PolicyLedger
 from stabletrain_operator.policy.action_kind import StatusCounter
 from stabletrain_operator.policy.action_registry import kind_of
@@ -86,6 +88,9 @@ class JobMemory:
     progress_written_at: float = 0.0
     skip_ranges: tuple[str, tuple[SkipRange, ...]] | None = None
     """The spilled skip list as last read from (or written to) its ConfigMap."""
+    effective: tuple[tuple[str, int], EffectivePolicy] | None = None
+    """The job's effective policy, by the spec version and the policy catalog's revision
+    it was computed from."""
 
 
 @dataclass(frozen=True)
@@ -364,8 +369,8 @@ _COUNTED_BY_SIGNAL = {
 """Decisions that also count in a metric labelled by the signal that caused them."""
 
 
-def _record_metrics(key: JobKey, spec: StableTrainingJobSpec, transition: Transition) -> None:
-    budgets = spec.recovery.budgets
+def _record_metrics(key: JobKey, recovery: RecoverySpec, transition: Transition) -> None:
+    budgets = recovery.budgets
     metrics.set_budget_remaining(
         key.namespace,
         key.name,
@@ -423,6 +428,22 @@ def _patch_node(kube: Kube, node: SuspectNode, action: NodeAction, job: str) -> 
             if error.status != HTTPStatus.CONFLICT or attempt == NODE_PATCH_ATTEMPTS:
                 raise
     raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+async def _effective(
+    key: JobKey, view: JobView, memory: JobMemory, catalog: PolicyCatalog | None
+) -> EffectivePolicy:
+    """The job's spec under the policies selecting its namespace, computed again only when
+    the spec, the policies or the namespace's labels changed."""
+    if catalog is not None and catalog.labels_due(key.namespace):
+        await asyncio.to_thread(catalog.read_labels, key.namespace)
+    stamp = (view.resource_version, catalog.revision if catalog is not None else 0)
+    if memory.effective is not None and memory.effective[0] == stamp:
+        return memory.effective[1]
+    policies = catalog.applying_to(key.namespace) if catalog is not None else ()
+    effective = effective_policy(view.spec, policies)
+    memory.effective = (stamp, effective)
+    return effective
 
 
 async def _view(
@@ -497,12 +518,13 @@ async def tick(
     progress_seconds: float = 0.0,
     scraper: Scraper | None = None,
     pacer: ScrapePacer | None = None,
+    catalog: PolicyCatalog | None = None,
 ) -> bool:
     """One reconcile; False once the job is gone (the daemon may end). `live` is kopf's live
     body of the job; progress numbers are written at most every `progress_seconds`; the
     agents are scraped, and sent live directives, through the operator's shared `scraper`
     (a session per round without one) as often as its `pacer` allows (every second
-    without one)."""
+    without one); the job's platform policies come from `catalog` (none without one)."""
     view = await _view(kube, key, live, memory)
     if isinstance(view, bool):
         if not view:
@@ -525,6 +547,7 @@ async def tick(
     if directives is None:
         directives = await asyncio.to_thread(_attempt_directives, kube, key, memory, status.attempt)
     ledger = PolicyLedger.from_job_status(status)
+    target = await _effective(key, view, memory, catalog)
     generation = job["metadata"].get("generation")
     preflight_pod = None
     if needs_preflight_pod(spec, status):
@@ -532,7 +555,7 @@ async def tick(
     world = World(
         now=datetime.now(UTC),
         job=key.name,
-        spec=spec,
+        spec=target.spec or spec,
         generation=generation,
         pods=tuple(facts),
         scrapes=scrapes,
@@ -542,6 +565,7 @@ async def tick(
         attempt_directives=directives,
         preflight_pod=preflight_pod,
         progress=progress,
+        target=target,
     )
     transition = advance(status, world)
     if _stops_now(status, transition):
@@ -559,7 +583,7 @@ async def tick(
     for note in transition.deferred:
         _log.debug("job %s: %s", key.name, note.message)
     if transition.launch is not None:
-        await asyncio.to_thread(launch, kube, ref, spec, transition.launch)
+        await asyncio.to_thread(launch, kube, ref, world.spec, transition.launch)
         if transition.launch.spill_skip_ranges is not None:
             memory.skip_ranges = None
     written = await _record(
@@ -581,7 +605,8 @@ async def tick(
         await asyncio.to_thread(kube.event, job, event.type, event.reason, event.message)
     if remediation is not None and transition.status.suspect_nodes != status.suspect_nodes:
         await asyncio.to_thread(remediate, kube, remediation, key, status, transition.status)
-    _record_metrics(key, spec, transition)
+    policy = transition.status.policy
+    _record_metrics(key, policy.recovery if policy is not None else spec.recovery, transition)
     memory.next_tick_at = _next_tick_at(transition.status.phase, spec, memory, pacer)
     return True
 

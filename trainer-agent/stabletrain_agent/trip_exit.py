@@ -49,6 +49,7 @@ def build_trip_report(
     inventory: tuple[CompactCheckpoint, ...],
     lineage_path: str,
     suspect_shards: tuple[str, ...] = (),
+    directives_generation: int | None = None,
 ) -> TripReport:
     """The contract's report for a tripping verdict; the first tripping finding leads."""
     if not verdict.tripping:
@@ -72,6 +73,7 @@ def build_trip_report(
         lineage_path=lineage_path,
         suspect_shards=suspect_shards[:SUSPECT_SHARDS_MAX],
         suspect_shards_omitted=max(0, len(suspect_shards) - SUSPECT_SHARDS_MAX),
+        directives_generation=directives_generation,
     )
 
 

@@ -79,6 +79,10 @@ class ConditionType(StrEnum):
     PREFLIGHT = "Preflight"
     """The run's start-up facts against the preflight checklist: False while a severe
     finding stands; the message has one line per finding (docs/preflight.md)."""
+    SPEC_APPLIED = "SpecApplied"
+    """The pods run the spec's newest generation (status.observedGeneration); False while an
+    edit is on its way to them, waits for the next attempt, or is refused by a
+    StableTrainingPolicy limit, saying which."""
 
 
 class Reason(StrEnum):
@@ -129,3 +133,14 @@ class Reason(StrEnum):
     PREFLIGHT_RUNNING = "PreflightRunning"
     PREFLIGHT_POD_FAILED = "PreflightPodFailed"
     """The preflight pod ended without facts; Refuse mode starts nothing without them."""
+    SPEC_IN_FORCE = "SpecInForce"
+    """The pods run the newest spec generation (or none run, and the next launch will)."""
+    AWAITING_PODS = "AwaitingPods"
+    """An edit's directives were sent; not every pod reported applying them yet."""
+    AT_NEXT_ATTEMPT = "AtNextAttempt"
+    """An edit of what the pods are built from (workers) takes effect when the next
+    attempt's pods are created."""
+    EXCEEDS_POLICY_LIMIT = "ExceedsPolicyLimit"
+    """The spec sets a value beyond a StableTrainingPolicy limit: not taken into force."""
+    INVALID_EFFECTIVE_POLICY = "InvalidEffectivePolicy"
+    """The job's values over its policies' defaults do not make a valid policy."""

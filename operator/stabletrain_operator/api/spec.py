@@ -11,7 +11,14 @@ import re
 from enum import StrEnum
 from typing import Annotated, Any, Literal, Self
 
-from pydantic import AfterValidator, ConfigDict, Field, WithJsonSchema, model_validator
+from pydantic import (
+    AfterValidator,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    WithJsonSchema,
+    model_validator,
+)
 
 from stabletrain_agent.checkpoint.retention import MAX_SPIKE_MARKERS, MIN_KEEP
 from stabletrain_agent.contract.base import kubernetes_rules
@@ -39,6 +46,10 @@ QUANTITY_PATTERN = (
 """Kubernetes resource.Quantity syntax (e.g. 500Gi, 2T, 1e12)."""
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 """DNS-1123 label: rule names show up in Events, metrics labels and condition messages."""
+AS_WRITTEN = "as_written"
+"""Validation context key: the spec as the job wrote it, before its StableTrainingPolicy
+defaults are merged in (platform_policy/effective.py validates the result in full): the
+custom signals its rules name may come from a policy's detection.custom."""
 
 
 def _quantity(value: int | str) -> int | str:
@@ -102,13 +113,34 @@ class RendezvousSpec(ApiModel):
     """How long the pods of an attempt may take to join before the attempt fails."""
 
 
+FIXED_WORLD_SIZE = (
+    "self == oldSelf",
+    "cannot change while the job exists: every checkpoint holds one part per node and per "
+    "rank, and the data order is split by rank, so no relaunch could restore them at another "
+    "size; create a new job (with new checkpoint directories) instead",
+    "",
+)
+"""CEL transition rule of the world size (workers.nodes, workers.processesPerNode)."""
+FIXED_TIER = (
+    "cannot change while the job exists: its checkpoints, the only rollback targets, are "
+    "there; create a new job to use another place"
+)
+"""Message of the transition rules of the checkpoint tiers' places."""
+
+
 class WorkersSpec(ApiModel):
     """The torchrun pods: one pod per node, `processesPerNode` ranks in each."""
 
-    nodes: int = Field(default=1, ge=1, le=10_000)
-    """Pods of the torchrun job, one per node (torchrun --nnodes)."""
-    processes_per_node: int = Field(default=1, ge=1, le=1024)
-    """Ranks in each pod (torchrun --nproc-per-node), typically one per GPU."""
+    nodes: int = Field(
+        default=1, ge=1, le=10_000, json_schema_extra=kubernetes_rules(FIXED_WORLD_SIZE)
+    )
+    """Pods of the torchrun job, one per node (torchrun --nnodes). Fixed once the job
+    exists."""
+    processes_per_node: int = Field(
+        default=1, ge=1, le=1024, json_schema_extra=kubernetes_rules(FIXED_WORLD_SIZE)
+    )
+    """Ranks in each pod (torchrun --nproc-per-node), typically one per GPU. Fixed once the
+    job exists."""
     template: dict[str, Any] = Field(json_schema_extra=POD_TEMPLATE)
     """A core/v1 PodTemplateSpec, passed through unchanged (unknown fields kept). The
     operator adds the torchrun command's environment, the tier volumes and the agent's env."""
@@ -136,16 +168,29 @@ class LocalTierSpec(ApiModel):
                 "has(self.hostPath) != has(self.volume)",
                 "set exactly one of hostPath or volume",
                 "",
-            )
+            ),
+            (
+                "has(self.hostPath) == has(oldSelf.hostPath)"
+                " && (!has(self.hostPath) || self.hostPath == oldSelf.hostPath)",
+                f"hostPath {FIXED_TIER}",
+                ".hostPath",
+            ),
+            (
+                "has(self.volume) == has(oldSelf.volume)"
+                " && (!has(self.volume) || self.volume == oldSelf.volume)",
+                f"volume {FIXED_TIER}",
+                ".volume",
+            ),
         )
     )
 
     host_path: str | None = Field(default=None, pattern="^/.*", max_length=4096)
     """Directory on the node, mounted as a hostPath volume (type DirectoryOrCreate). Each pod
     keeps its copies under `node-<node rank>/` in it, so two pods of the job on one node never
-    touch each other's; give every job a directory of its own."""
+    touch each other's; give every job a directory of its own. Fixed once the job exists."""
     volume: dict[str, Any] | None = Field(default=None, json_schema_extra=PRESERVE_UNKNOWN)
-    """Any core/v1 volume source instead (e.g. an ephemeral or local PersistentVolume claim)."""
+    """Any core/v1 volume source instead (e.g. an ephemeral or local PersistentVolume claim).
+    Fixed once the job exists."""
     retention: int = Field(default=DEFAULT_RETENTION, ge=MIN_KEEP, le=1000)
     """Regular checkpoints each pod keeps on its node (spike markers and the rollback target
     come on top); at least 2 so the rollback target survives a new save. While the newest
@@ -165,11 +210,22 @@ class LocalTierSpec(ApiModel):
 class PfsTierSpec(ApiModel):
     """Shared tier: a ReadWriteMany claim every pod mounts; survives nodes, slower."""
 
-    claim_name: str = Field(pattern=NAME_PATTERN.replace("{0,61}", "{0,251}"), max_length=253)
-    """PersistentVolumeClaim (ReadWriteMany) in the job's namespace holding the PFS tier."""
-    sub_path: str = Field(default="", max_length=4096, pattern=r"^([^/].*)?$")
+    claim_name: str = Field(
+        pattern=NAME_PATTERN.replace("{0,61}", "{0,251}"),
+        max_length=253,
+        json_schema_extra=kubernetes_rules(("self == oldSelf", f"claimName {FIXED_TIER}", "")),
+    )
+    """PersistentVolumeClaim (ReadWriteMany) in the job's namespace holding the PFS tier.
+    Fixed once the job exists."""
+    sub_path: str = Field(
+        default="",
+        max_length=4096,
+        pattern=r"^([^/].*)?$",
+        json_schema_extra=kubernetes_rules(("self == oldSelf", f"subPath {FIXED_TIER}", "")),
+    )
     """Directory inside the claim for this job (relative); empty means the claim's root.
-    Jobs sharing a claim need different directories: in one, their checkpoints collide."""
+    Jobs sharing a claim need different directories: in one, their checkpoints collide.
+    Fixed once the job exists."""
     retention: int = Field(default=DEFAULT_RETENTION, ge=MIN_KEEP, le=1000)
     """Regular checkpoints kept on the PFS (spike markers come on top); at least 2 so the
     rollback target survives a new save."""
@@ -479,7 +535,9 @@ class StableTrainingJobSpec(ApiModel):
     model_config = ConfigDict(
         json_schema_extra=kubernetes_rules(
             (
-                "self.recovery.rules.all(r, r.onSignals.all(s, !s.startsWith('custom:')"
+                "!has(self.recovery) || !has(self.recovery.rules) || !has(self.detection)"
+                " || !has(self.detection.custom)"
+                " || self.recovery.rules.all(r, r.onSignals.all(s, !s.startsWith('custom:')"
                 " || self.detection.custom.exists(c, 'custom:' + c.name == s))"
                 " && (!has(r.whileFiring) || r.whileFiring.all(s, !s.startsWith('custom:')"
                 " || self.detection.custom.exists(c, 'custom:' + c.name == s))))",
@@ -503,7 +561,9 @@ class StableTrainingJobSpec(ApiModel):
     preflight: PreflightSpec = Field(default_factory=PreflightSpec)
 
     @model_validator(mode="after")
-    def _custom_signals_defined(self) -> Self:
+    def _custom_signals_defined(self, info: ValidationInfo) -> Self:
+        if info.context is not None and info.context.get(AS_WRITTEN):
+            return self  # its policy's detection.custom may define them; the effective spec says
         defined = self.detection.custom_signal_names()
         for rule in self.recovery.rules:
             for signal in (*rule.on_signals, *rule.while_firing):

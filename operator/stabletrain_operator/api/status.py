@@ -29,6 +29,7 @@ from stabletrain_agent.contract.names import Action, AnomalyClass
 from stabletrain_agent.contract.trip_report import TripReport
 from stabletrain_operator.api.base import ApiModel
 from stabletrain_operator.api.constants import SKIPS_PER_ACTION, Phase
+from stabletrain_operator.api.policy_in_force import BuiltFrom, PolicyInForce, PolicyRollout
 from stabletrain_operator.api.policy_memory import PolicyMemory
 
 _log = logging.getLogger(__name__)
@@ -369,7 +370,11 @@ class StableTrainingJobStatus(ApiModel):
     """What the operator knows, written once per reconcile."""
 
     observed_generation: int | None = Field(default=None, ge=0)
-    """metadata.generation of the spec the operator last acted on."""
+    """metadata.generation of the spec in force: the running pods apply its detection,
+    trip list and checkpoint settings and the operator decides by its policy
+    (status.policy.specGeneration). While an edit is on its way to the pods, or refused by a
+    StableTrainingPolicy limit, it stays at the generation before and the SpecApplied
+    condition says why."""
     phase: Phase = Phase.PENDING
     conditions: tuple[Condition, ...] = Field(
         default=(),
@@ -430,6 +435,13 @@ class StableTrainingJobStatus(ApiModel):
     each decision so an operator restart forgets no cooldown or alert episode; the budgets
     used are counters.rollbacks and counters.restarts. Null, or empty, on a job created
     before it was kept: the operator rebuilds it from counters and rollbackHistory."""
+    policy: PolicyInForce | None = None
+    """The effective policy in force, with where each value came from (the job, a
+    StableTrainingPolicy, else the built-in default)."""
+    policy_rollout: PolicyRollout | None = None
+    """An edit sent to the running pods and not yet applied by every one of them."""
+    built_from: BuiltFrom | None = None
+    """The spec generation the current attempt's pods were built from (spec.workers)."""
 
     @field_validator("policy_ledger", mode="wrap")
     @classmethod

@@ -106,6 +106,7 @@ async def _reconcile(
                 progress_seconds=memo.get("progress_write_seconds", DEFAULT_PROGRESS_WRITE_SECONDS),
                 scraper=memo.get("scraper"),
                 pacer=memo.get("pacer"),
+                catalog=memo.get("policies"),
             )
         except StaleStatusError:
             metrics.RECONCILE_ERRORS.labels("Conflict").inc()

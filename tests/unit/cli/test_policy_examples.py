@@ -45,6 +45,6 @@ def test_each_documented_custom_rule_fires_as_described(
         (1000, "validation-loss", "Alert"),
         (1504, "moe-aux-loss", "Alert"),
         (2502, "reward-hacking", "Rollback"),
-        (3502, "entropy-low", "RestartFromLatest"),
+        (3502, "entropy-low", "Alert"),
     ]
     assert result.decisions[2].decision.lr_scale == pytest.approx(0.25)

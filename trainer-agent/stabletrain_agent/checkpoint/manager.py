@@ -21,6 +21,7 @@ Kubernetes node name only says whose local tier holds a copy, in the inventory.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import shutil
@@ -89,6 +90,7 @@ from stabletrain_agent.checkpoint.retention import (
 from stabletrain_agent.checkpoint.states import Stateful
 from stabletrain_agent.contract import env
 from stabletrain_agent.contract.checkpoint_inventory import CheckpointRecord
+from stabletrain_agent.contract.checkpoint_settings import CheckpointSettings
 
 log = logging.getLogger(__name__)
 
@@ -322,6 +324,20 @@ class CheckpointManager:
         """Whether `step` (optimizer steps done) is one the job saves at: every multiple of
         spec.checkpoints.intervalSteps, so a loop asks instead of repeating the interval."""
         return step > 0 and step % self.config.interval_steps == 0
+
+    def apply_settings(self, settings: CheckpointSettings) -> None:
+        """Save and keep what an edited spec says from now on: the guard passes the settings
+        of the directives every rank adopts at the same step, so all ranks change their
+        save steps together; the next retention pass keeps the new counts. One reference is
+        swapped, so the background threads see the old config or the new, never a mix."""
+        self.config = dataclasses.replace(
+            self.config,
+            interval_steps=settings.interval_steps,
+            keep_local=settings.keep_local,
+            keep_pfs=settings.keep_pfs,
+            max_spike_markers=settings.spike_markers,
+            local_size_limit_bytes=settings.local_size_limit_bytes,
+        )
 
     def save(
         self,

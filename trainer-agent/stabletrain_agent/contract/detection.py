@@ -70,9 +70,9 @@ class SpikeConfig(ContractModel):
     model_config = ConfigDict(
         json_schema_extra=kubernetes_rules(
             (
-                "(has(self.ratio) && type(self.ratio) == double)"
+                "!has(self.ratio) || type(self.ratio) == double"
                 " || (has(self.zscore) && type(self.zscore) == double)",
-                "set ratio, zscore or both",
+                "set ratio, zscore or both: a null ratio needs a zscore",
                 "",
             )
         )
