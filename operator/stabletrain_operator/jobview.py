@@ -24,7 +24,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from stabletrain_operator.api.spec import AS_WRITTEN, StableTrainingJobSpec
+from stabletrain_agent.contract.base import AS_WRITTEN
+from stabletrain_operator.api.spec import StableTrainingJobSpec
 from stabletrain_operator.api.status import StableTrainingJobStatus
 
 Json = dict[str, Any]

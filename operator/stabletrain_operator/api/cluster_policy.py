@@ -42,7 +42,9 @@ class SelectorRequirement(ApiModel):
     """metav1.LabelSelectorRequirement."""
 
     key: str = Field(min_length=1, max_length=317)
+    """The label's key."""
     operator: SelectorOperator
+    """In, NotIn, Exists or DoesNotExist."""
     values: tuple[str, ...] = Field(default=(), max_length=64)
     """Non-empty for In and NotIn, empty for Exists and DoesNotExist."""
 
@@ -51,7 +53,9 @@ class NamespaceSelector(ApiModel):
     """metav1.LabelSelector over namespace labels; empty selects every namespace."""
 
     match_labels: dict[str, str] = Field(default_factory=dict, max_length=32)
+    """Labels the namespace must carry with these values."""
     match_expressions: tuple[SelectorRequirement, ...] = Field(default=(), max_length=16)
+    """Requirements the namespace's labels must all meet."""
 
 
 class PolicyDefaults(ApiModel):

@@ -21,7 +21,7 @@ from pydantic import (
 )
 
 from stabletrain_agent.checkpoint.retention import MAX_SPIKE_MARKERS, MIN_KEEP
-from stabletrain_agent.contract.base import kubernetes_rules
+from stabletrain_agent.contract.base import as_written, kubernetes_rules
 from stabletrain_agent.contract.detection import DetectionConfig
 from stabletrain_agent.contract.directives import SkipRange
 from stabletrain_agent.contract.env import (
@@ -46,10 +46,6 @@ QUANTITY_PATTERN = (
 """Kubernetes resource.Quantity syntax (e.g. 500Gi, 2T, 1e12)."""
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 """DNS-1123 label: rule names show up in Events, metrics labels and condition messages."""
-AS_WRITTEN = "as_written"
-"""Validation context key: the spec as the job wrote it, before its StableTrainingPolicy
-defaults are merged in (platform_policy/effective.py validates the result in full): the
-custom signals its rules name may come from a policy's detection.custom."""
 
 
 def _quantity(value: int | str) -> int | str:
@@ -562,7 +558,7 @@ class StableTrainingJobSpec(ApiModel):
 
     @model_validator(mode="after")
     def _custom_signals_defined(self, info: ValidationInfo) -> Self:
-        if info.context is not None and info.context.get(AS_WRITTEN):
+        if as_written(info):
             return self  # its policy's detection.custom may define them; the effective spec says
         defined = self.detection.custom_signal_names()
         for rule in self.recovery.rules:

@@ -142,13 +142,14 @@ def _last_error(lines: list[str]) -> list[str]:
 
 
 def _ends_frames(lines: list[str], i: int) -> bool:
-    """Line `i` follows a traceback's frames: indented lines back to a `File "...", line N`."""
+    """Line `i` follows a traceback's frames: indented lines back to a `File "...", line N`,
+    or to the start of the tail (which cut the traceback's beginning off)."""
     for line in reversed(lines[:i]):
         if not line.startswith(" "):
             return False
         if _FRAME.match(line):
             return True
-    return False
+    return i > 0
 
 
 def _with_message(lines: list[str], at: int) -> list[str]:

@@ -77,7 +77,7 @@ def test_parents_of_defaulted_fields_default_to_empty_objects() -> None:
     assert spec["checkpoints"]["properties"]["local"]["properties"]["retention"]["default"] == 3
     status = openapi_schema()["properties"]["status"]["properties"]
     detection = status["policy"]["properties"]["detection"]["properties"]
-    assert detection["gradNormSpike"]["default"]["ratio"] == 4.0
+    assert detection["gradNormSpike"]["properties"]["ratio"]["default"] == 4.0
 
 
 def test_what_a_job_inherits_carries_no_default_so_what_it_leaves_out_stays_out() -> None:

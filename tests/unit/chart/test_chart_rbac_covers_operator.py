@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from stabletrain_operator.api.cluster_policy import POLICY_PLURAL
 from stabletrain_operator.api.constants import GROUP, PLURAL
 from support.chart import render
 
@@ -28,6 +29,12 @@ NODE_PERMISSIONS_BY_INSTALL = {
 }
 """Cluster-scoped calls the operator makes only where the install allows them; each is
 checked against its values below instead of in every install."""
+CLUSTER_CALLS = {
+    "list_cluster_custom_object": (GROUP, POLICY_PLURAL, "list"),
+    "read_namespace": ("", "namespaces", "get"),
+}
+"""Cluster-scoped calls every install makes: the platform policies and the labels of the
+jobs' namespaces their selectors match (a ClusterRole of their own, namespaced installs too)."""
 VERB = {"read": "get", "replace": "update"}
 CORE_RESOURCES = {
     "pod": "pods",
@@ -52,6 +59,9 @@ def api_calls() -> set[Permission]:
     for path in operator_sources():
         for node in ast.walk(ast.parse(path.read_text())):
             if not isinstance(node, ast.Attribute):
+                continue
+            if node.attr in CLUSTER_CALLS:
+                needed.add(CLUSTER_CALLS[node.attr])
                 continue
             node_call = NODE_CALL.match(node.attr)
             if node_call is not None:
@@ -98,7 +108,7 @@ def kopf_watches() -> set[Permission]:
 
 def granted(values: list[str]) -> set[Permission]:
     rendered = render(sets=values)
-    roles = rendered.of_kind("Role") or rendered.of_kind("ClusterRole")
+    roles = [*rendered.of_kind("Role"), *rendered.of_kind("ClusterRole")]
     return {
         (group, resource, verb)
         for role in roles

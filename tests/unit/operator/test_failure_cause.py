@@ -58,6 +58,17 @@ def test_an_exception_is_quoted_even_when_the_tail_cut_its_traceback_header() ->
     assert (cause.exit_code, cause.rank) == (1, 0)
 
 
+def test_a_tail_that_begins_inside_the_rank_s_last_frame_still_quotes_its_exception() -> None:
+    """A longer launcher summary (two ranks, longer paths) leaves less of the rank's output:
+    seen on the local node, the tail began at the frame's source line."""
+    message = termination_message("exception.log")
+    inside = message[message.index("    raise ValueError") :]
+    assert 'File "' not in inside.split("ValueError: tokenizer")[0]
+    assert failure_cause(inside).lines == (
+        "ValueError: tokenizer file /data/vocab.json has 0 entries; expected a vocabulary",
+    )
+
+
 def test_the_launcher_s_own_traceback_and_box_are_never_quoted() -> None:
     for name in ("bad_argument.log", "exception.log", "recorded_two_ranks.log"):
         cause = failure_cause(termination_message(name))

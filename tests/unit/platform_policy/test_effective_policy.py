@@ -8,10 +8,11 @@ from typing import Any
 
 import pytest
 
+from stabletrain_agent.contract.base import AS_WRITTEN
 from stabletrain_agent.contract.names import Action
 from stabletrain_operator.api.cluster_policy import StableTrainingPolicy
 from stabletrain_operator.api.constants import Reason
-from stabletrain_operator.api.spec import AS_WRITTEN, StableTrainingJobSpec
+from stabletrain_operator.api.spec import StableTrainingJobSpec
 from stabletrain_operator.platform_policy.effective import effective_policy
 from stabletrain_operator.platform_policy.selection import applicable, selects
 
@@ -39,7 +40,7 @@ PLATFORM = policy(
         "recovery": {"budgets": {"maxRollbacks": 2}, "escalation": {"maxRecurrences": 1}},
         "detection": {"lossSpike": {"ratio": 2.0}},
     },
-    limits={"maxRollbacks": 3, "minLrFloor": 0.1, "minSpikeRatio": 1.5},
+    limits={"maxRollbacks": 3, "minLrFloor": 0.1, "minSpikeRatio": 1.5, "minSpikeZscore": 3.0},
 )
 
 
@@ -91,13 +92,18 @@ def test_a_job_s_own_value_within_the_limits_is_kept_and_named_as_its_own() -> N
             "StableTrainingPolicy/platform",
         ),
         (
+            {"detection": {"gradNormSpike": {"zscore": 2.0}}},
+            "detection.gradNormSpike.zscore 2 is below limits.minSpikeZscore 3 of "
+            "StableTrainingPolicy/platform",
+        ),
+        (
             {"recovery": {"rules": [{"name": "s", "onSignals": ["LossSpike"],
                                      "action": "Rollback", "rollback": {"lrFloor": 0.01}}]}},
             "rule s's rollback.lrFloor 0.01 is below limits.minLrFloor 0.1 of "
             "StableTrainingPolicy/platform",
         ),
     ],
-    ids=["budget", "threshold", "lr-floor"],
+    ids=["budget", "ratio", "zscore", "lr-floor"],
 )  # fmt: skip
 def test_a_value_the_job_sets_beyond_a_limit_is_refused_naming_the_limit(
     fields: dict[str, Any], message: str
@@ -140,6 +146,13 @@ def test_an_effective_policy_that_does_not_validate_is_refused_with_the_field() 
     assert result.spec is not None
     spike = result.spec.detection.loss_spike
     assert (spike.ratio, spike.zscore, spike.consecutive_steps) == (1.6, 6.0, 8)
+    disabled = effective_policy(job(detection={"lossSpike": {"ratio": None}}), [])
+    assert disabled.reason is Reason.INVALID_EFFECTIVE_POLICY
+    assert "detection.lossSpike" in disabled.refusal
+    assert "set ratio, zscore or both" in disabled.refusal
+    assert effective_policy(job(detection={"lossSpike": {"ratio": None}}), [zscore]).spec, (
+        "the policy's zscore keeps a rule when the job disables the ratio"
+    )
     rules = {"rules": [{"name": "e", "onSignals": ["custom:entropy"], "action": "Alert"}]}
     undefined = effective_policy(job(recovery=rules), [])
     assert undefined.spec is None
