@@ -201,7 +201,7 @@ def advance(status: StableTrainingJobStatus, world: World) -> Transition:
     before = status
     target = world.target or EffectivePolicy(world.spec)
     status, spec = take_in_force(status, world, spec=world.spec, target=target)
-    base = directives_base(status, world.attempt_directives, in_force=spec, target=target)
+    base = directives_base(status, world.attempt_directives, in_force=spec)
     world = dataclasses.replace(world, spec=spec, attempt_directives=base, target=target)
     status = _expire_suspects(status, world)
     handler = _HANDLERS[status.phase]

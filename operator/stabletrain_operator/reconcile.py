@@ -88,8 +88,8 @@ class JobMemory:
     progress_written_at: float = 0.0
     skip_ranges: tuple[str, tuple[SkipRange, ...]] | None = None
     """The spilled skip list as last read from (or written to) its ConfigMap."""
-    effective: tuple[tuple[str, int], EffectivePolicy] | None = None
-    """The job's effective policy, by the spec version and the policy catalog's revision
+    effective: tuple[tuple[int | None, int], EffectivePolicy] | None = None
+    """The job's effective policy, by the spec generation and the policy catalog's revision
     it was computed from."""
 
 
@@ -437,7 +437,8 @@ async def _effective(
     the spec, the policies or the namespace's labels changed."""
     if catalog is not None and catalog.labels_due(key.namespace):
         await asyncio.to_thread(catalog.read_labels, key.namespace)
-    stamp = (view.resource_version, catalog.revision if catalog is not None else 0)
+    generation = view.job["metadata"].get("generation")
+    stamp = (generation, catalog.revision if catalog is not None else 0)
     if memory.effective is not None and memory.effective[0] == stamp:
         return memory.effective[1]
     policies = catalog.applying_to(key.namespace) if catalog is not None else ()

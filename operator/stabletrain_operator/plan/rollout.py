@@ -223,11 +223,7 @@ def take_in_force(
 
 
 def directives_base(
-    status: StableTrainingJobStatus,
-    attempt: Directives | None,
-    *,
-    in_force: StableTrainingJobSpec,
-    target: EffectivePolicy,
+    status: StableTrainingJobStatus, attempt: Directives | None, *, in_force: StableTrainingJobSpec
 ) -> Directives | None:
     """The attempt's directives carrying what the pods should run now: the edit on its way
     to them while there is one, else the spec in force."""
