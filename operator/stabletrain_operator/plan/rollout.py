@@ -399,10 +399,9 @@ def _say(
         ok, reason, observed = False, Reason.AWAITING_PODS, held
         if rollout is not None:
             sent = rollout.policy.directives_generation
-            applied = sum(s.applied_generation >= sent for s in _fresh(status, tick))
             waits = (
-                f"directives generation {sent} sent, applied by {applied} of the pods that "
-                "answered this round"
+                f"directives generation {sent} sent at {rollout.sent_at:%H:%M:%S}, not yet "
+                "reported applied by every pod"
             )
         else:
             waits = "it is sent once the suspend's final checkpoint is saved"
