@@ -36,9 +36,6 @@ from stabletrain_operator.observe.stall import StallVerdict
 NODE_REASONS = frozenset({"OOMKilled", "Evicted", "NodeLost", "Vanished", "Preempted"})
 """Pod or container reasons that point at the node (or its resources) by themselves."""
 _WORKER_EXIT = re.compile(r"exitcode\s*:\s*(-?\d+)")
-_TORCHRUN_WRAPPER = "ChildFailedError"
-"""torchrun's own summary of any worker failure: says nothing about the cause."""
-_ERROR_LINE = re.compile(r"^\s*([A-Za-z_][\w.]*(Error|Exception|Interrupt)\b.*)$")
 PEERS_AWAITED = timedelta(seconds=5)
 """How long pods that only exited with an error wait for the attempt's pods still running
 before the failure is attributed. The victims of a killed rank fail on the broken
@@ -136,10 +133,6 @@ def failure_signature(pod: PodFacts) -> str:
     cause = failure_cause(pod.message)
     if cause.lines:
         return " / ".join(cause.lines)[:256]
-    for line in reversed(pod.message.splitlines()):
-        match = _ERROR_LINE.match(line)
-        if match and _TORCHRUN_WRAPPER not in line:
-            return match.group(1).strip()[:256]
     signal = worker_signal(pod)
     if signal is not None:
         return f"killed by signal {signal}"

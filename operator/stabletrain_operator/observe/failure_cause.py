@@ -33,6 +33,7 @@ _ARGPARSE_ERROR = re.compile(r"^\S+: error: \S")
 _EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(: .*)?$")
 """The first line after a traceback's frames: `module.ExceptionClass: message`."""
 _FRAME = re.compile(r'^\s+File ".*", line \d+')
+_NAMED_ERROR = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt)\b(: .*)?$")
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,7 @@ def failure_cause(text: str) -> FailureCause:
     exit_code, rank = _root_cause(summary)
     if exit_code is None:
         exit_code = _logged_exit(lines)
-    words = _last_error(own) or _last_error(_box_traceback(summary))
+    words = _last_error(own) or _last_error(_box_traceback(summary)) or _error_named(own)
     return FailureCause(tuple(_bounded(line) for line in words), exit_code, rank)
 
 
@@ -143,13 +144,24 @@ def _last_error(lines: list[str]) -> list[str]:
 
 def _ends_frames(lines: list[str], i: int) -> bool:
     """Line `i` follows a traceback's frames: indented lines back to a `File "...", line N`,
-    or to the start of the tail (which cut the traceback's beginning off)."""
-    for line in reversed(lines[:i]):
-        if not line.startswith(" "):
-            return False
+    or to the start of the tail, which may have cut the traceback's beginning off (its
+    first line then is the end of a line cut in the middle)."""
+    for k in range(i - 1, -1, -1):
+        line = lines[k]
         if _FRAME.match(line):
             return True
+        if not line.startswith(" "):
+            return k == 0 and i > 1
     return i > 0
+
+
+def _error_named(lines: list[str]) -> list[str]:
+    """The last line that starts with an error's name (`SomethingError: ...`), for a tail
+    that kept the exception but nothing of its traceback."""
+    for line in reversed(lines):
+        if _NAMED_ERROR.match(line):
+            return [line.strip()]
+    return []
 
 
 def _with_message(lines: list[str], at: int) -> list[str]:

@@ -6,7 +6,8 @@ stderr together, as a container log holds them) for:
 - bad_argument.log: `examples/tiny-gpt/train.py --no-such-flag` (argparse exits 2);
 - exception.log: tests/support/workloads/raises_at_start.py (a ValueError at start);
 - recorded_two_ranks.log: tests/support/workloads/raises_recorded.py on 2 ranks (an entry
-  point under torchrun's `@record`: the box quotes the traceback too).
+  point under torchrun's `@record`: the box quotes the traceback too);
+- import_error.log: tests/support/workloads/broken_import.py (a module the image lacks).
 
 tests/torch/test_torchrun_failure_cause.py runs the same commands again and checks that
 today's torch still writes what these files hold. Each case is judged on what a pod's
@@ -69,8 +70,21 @@ def test_a_tail_that_begins_inside_the_rank_s_last_frame_still_quotes_its_except
     )
 
 
+def test_a_tail_cut_in_the_middle_of_a_line_still_quotes_the_exception() -> None:
+    """The kubelet keeps the last 2048 bytes: the first line is the end of a cut one. Seen
+    on the local node with two pods: the tail began inside the failing import's line."""
+    log = (TAILS / "import_error.log").read_text()
+    cut = log[log.index("    import stabletrain_missing_helpers") + 20 :]
+    assert not cut.startswith(" ")
+    cause = failure_cause(cut)
+    assert cause.lines == ("ModuleNotFoundError: No module named 'stabletrain_missing_helpers'",)
+    assert cause.exit_code == 1
+    only_the_line = cut[cut.index("ModuleNotFoundError") :]
+    assert failure_cause(only_the_line).lines == cause.lines, "no frame left: the error's name"
+
+
 def test_the_launcher_s_own_traceback_and_box_are_never_quoted() -> None:
-    for name in ("bad_argument.log", "exception.log", "recorded_two_ranks.log"):
+    for name in ("bad_argument.log", "exception.log", "recorded_two_ranks.log", "import_error.log"):
         cause = failure_cause(termination_message(name))
         quoted = " ".join(cause.lines)
         assert cause.lines, name
