@@ -24,6 +24,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from stabletrain_agent.contract.base import AS_WRITTEN
 from stabletrain_operator.api.spec import StableTrainingJobSpec
 from stabletrain_operator.api.status import StableTrainingJobStatus
 
@@ -89,7 +90,9 @@ def parse(job: Json) -> tuple[StableTrainingJobSpec, StableTrainingJobStatus] | 
     """Spec and status of `job`; None (and the reason logged) when either does not validate."""
     name = job["metadata"]["name"]
     try:
-        spec = StableTrainingJobSpec.model_validate(job.get("spec") or {})
+        spec = StableTrainingJobSpec.model_validate(
+            job.get("spec") or {}, context={AS_WRITTEN: True}
+        )
     except ValidationError as error:
         _log.error("job %s: spec does not match the StableTrainingJob schema: %s", name, error)
         return None

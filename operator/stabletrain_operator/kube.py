@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+from stabletrain_operator.api.cluster_policy import POLICY_PLURAL
 from stabletrain_operator.api.constants import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from stabletrain_operator.ownership import NotOwnedError, controller, controller_uid
 
@@ -217,6 +218,21 @@ class Kube:
                 return None
             raise
         return job
+
+    def list_policies(self) -> list[Json]:
+        """Every StableTrainingPolicy (cluster-scoped) as plain JSON."""
+        listed: Json = self.custom.list_cluster_custom_object(GROUP, VERSION, POLICY_PLURAL)
+        return list(listed.get("items") or [])
+
+    def namespace_labels(self, name: str) -> dict[str, str] | None:
+        """A namespace's labels (what StableTrainingPolicy selectors match); None when gone."""
+        try:
+            namespace = self.core.read_namespace(name)
+        except ApiException as error:
+            if error.status == HTTPStatus.NOT_FOUND:
+                return None
+            raise
+        return dict(namespace.metadata.labels or {})
 
     def write_status(self, namespace: str, name: str, resource_version: str, status: Json) -> Json:
         """Replace the status as a merge patch (nulls remove fields), fenced by version."""

@@ -88,12 +88,14 @@ from stabletrain_operator.plan.in_place import (
 )
 from stabletrain_operator.plan.merged_inventory import merged_inventory, without_abandoned
 from stabletrain_operator.plan.placement import avoided_nodes, remember_suspects, unexpired
+from stabletrain_operator.plan.rollout import Handled, directives_base, settle, take_in_force
 from stabletrain_operator.plan.sent_directives import attempt_directives, live_directives
 from stabletrain_operator.plan.skips import (
     describe_skip,
     merge_skip_ranges,
     skipping_repeat_suspects,
 )
+from stabletrain_operator.platform_policy.effective import EffectivePolicy
 from stabletrain_operator.pods import grace_seconds, pod_shape, supervised
 from stabletrain_operator.policy import (
     Decision,
@@ -176,6 +178,10 @@ class World:
     admission: Admission | None = None
     """The job's Kueue admission (queue/admission.py); None for a job not queued, whose
     pods start at once."""
+    target: EffectivePolicy | None = None
+    """The newest spec generation under the job's StableTrainingPolicy objects, or why they
+    refuse it; None: `spec` as it is (no policy). `advance` puts `spec` to the policy in
+    force (plan/rollout.py) before any phase acts."""
 
 
 @dataclass(frozen=True)
@@ -232,6 +238,11 @@ class Transition:
 
 def advance(status: StableTrainingJobStatus, world: World) -> Transition:
     """One transition (or none) of the job, as a pure function."""
+    before = status
+    target = world.target or EffectivePolicy(world.spec)
+    status, spec = take_in_force(status, world, spec=world.spec, target=target)
+    base = directives_base(status, world.attempt_directives, in_force=spec)
+    world = dataclasses.replace(world, spec=spec, attempt_directives=base, target=target)
     status = _expire_suspects(status, world)
     handler = _HANDLERS[status.phase]
     transition = handler(status, world)
@@ -248,14 +259,16 @@ def advance(status: StableTrainingJobStatus, world: World) -> Transition:
         now=world.now,
         generation=world.generation,
     )
-    final = reported.status.model_copy(
-        update={
-            "observed_generation": world.generation,
-            "policy_ledger": transition.ledger.to_status(),
-        }
-    )
+    final = reported.status.model_copy(update={"policy_ledger": transition.ledger.to_status()})
+    launched = transition.launch.directives if transition.launch is not None else None
+    handled = Handled(launched, transition.live, transition.live_pods)
+    settled = settle(before, final, world, spec=spec, target=target, base=base, handled=handled)
     return dataclasses.replace(
-        transition, status=final, events=(*transition.events, *_events(reported.notices))
+        transition,
+        status=settled.status,
+        live=settled.live,
+        live_pods=settled.live_pods,
+        events=(*transition.events, *_events(reported.notices), *_events(settled.notices)),
     )
 
 
@@ -323,6 +336,8 @@ def _hold(world: World) -> _Hold | None:
 
 
 def _pending(status: StableTrainingJobStatus, world: World) -> Transition:
+    if world.target is not None and world.target.spec is None:
+        return Transition(status, world.ledger)  # refused by its policies: SpecApplied says why
     if world.spec.suspend:
         suspended = set_suspended(
             status.model_copy(update={"phase": Phase.SUSPENDED}),

@@ -32,7 +32,7 @@ from stabletrain_agent.contract.env import (
 from stabletrain_agent.contract.supervisor import StopOrder, SupervisorReport
 from stabletrain_operator import metrics, naming, pods
 from stabletrain_operator.api.constants import Phase, Reason
-from stabletrain_operator.api.spec import StableTrainingJobSpec
+from stabletrain_operator.api.spec import RecoverySpec, StableTrainingJobSpec
 from stabletrain_operator.api.status import StableTrainingJobStatus
 from stabletrain_operator.directive_put import AgentUnreachableError, put_directives
 from stabletrain_operator.finite import non_finite_replaced
@@ -47,6 +47,8 @@ from stabletrain_operator.observe.stall import RankProgress
 from stabletrain_operator.observe.supervised import attempt_ended, with_reports
 from stabletrain_operator.ownership import NotOwnedError
 from stabletrain_operator.plan.merged_inventory import copies_in_flight
+from stabletrain_operator.platform_policy.catalog import PolicyCatalog
+from stabletrain_operator.platform_policy.effective import EffectivePolicy, effective_policy
 from stabletrain_operator.policy import PolicyLedger
 from stabletrain_operator.policy.action_kind import StatusCounter
 from stabletrain_operator.policy.action_registry import kind_of
@@ -149,6 +151,9 @@ class JobMemory:
     """Whether the job's node-lost incidents were recorded in the operator's NodeVotes."""
     awaited: str | None = None
     """The predecessor's object the job waits to see gone (logged once)."""
+    effective: tuple[tuple[int | None, int], EffectivePolicy] | None = None
+    """The job's effective policy, by the spec generation and the policy catalog's revision
+    it was computed from."""
 
 
 @dataclass(frozen=True)
@@ -511,8 +516,8 @@ _COUNTED_BY_SIGNAL = {
 """Decisions that also count in a metric labelled by the signal that caused them."""
 
 
-def _record_metrics(key: JobKey, spec: StableTrainingJobSpec, transition: Transition) -> None:
-    budgets = spec.recovery.budgets
+def _record_metrics(key: JobKey, recovery: RecoverySpec, transition: Transition) -> None:
+    budgets = recovery.budgets
     metrics.set_budget_remaining(
         key.namespace,
         key.name,
@@ -588,6 +593,23 @@ def _vote(
         votes.record(job, before.suspect_nodes)
         memory.voted = True
     return votes.record(job, after.suspect_nodes)
+
+
+async def _effective(
+    key: JobKey, view: JobView, memory: JobMemory, catalog: PolicyCatalog | None
+) -> EffectivePolicy:
+    """The job's spec under the policies selecting its namespace, computed again only when
+    the spec, the policies or the namespace's labels changed."""
+    if catalog is not None and catalog.labels_due(key.namespace):
+        await asyncio.to_thread(catalog.read_labels, key.namespace)
+    generation = view.job["metadata"].get("generation")
+    stamp = (generation, catalog.revision if catalog is not None else 0)
+    if memory.effective is not None and memory.effective[0] == stamp:
+        return memory.effective[1]
+    policies = catalog.applying_to(key.namespace) if catalog is not None else ()
+    effective = effective_policy(view.spec, policies)
+    memory.effective = (stamp, effective)
+    return effective
 
 
 async def _view(
@@ -666,6 +688,7 @@ async def tick(
     kueue: KueueApi | None = None,
     workloads: Iterable[WorkloadFacts] = (),
     tenancy: TenancySettings | None = None,
+    catalog: PolicyCatalog | None = None,
 ) -> bool:
     """One reconcile; False once the job is gone (the daemon may end). `live` is kopf's live
     body of the job; progress numbers are written at most every `progress_seconds`; the
@@ -674,7 +697,8 @@ async def tick(
     without one). Nothing is created for a spec that breaks the cluster's `tenancy`
     settings (their defaults without it): the job is held with InvalidSpec. With `kueue`
     (the operator's --kueue), a job with the queue-name label runs only while its Workload
-    (among `workloads`, the job's in the operator's index) is admitted."""
+    (among `workloads`, the job's in the operator's index) is admitted. The job's platform
+    policies come from `catalog` (none without one)."""
     tenancy = tenancy or TenancySettings()
     view = await _view(kube, key, live, memory)
     if isinstance(view, bool):
@@ -708,6 +732,7 @@ async def tick(
     if directives is None:
         directives = await asyncio.to_thread(_attempt_directives, kube, ref, memory, status.attempt)
     ledger = PolicyLedger.from_job_status(status)
+    target = await _effective(key, view, memory, catalog)
     preflight_pod = None
     if needs_preflight_pod(spec, status):
         problems = await asyncio.to_thread(
@@ -730,7 +755,7 @@ async def tick(
     world = World(
         now=datetime.now(UTC),
         job=key.name,
-        spec=spec,
+        spec=target.spec or spec,
         generation=generation,
         pods=tuple(with_reports(facts, memory.supervisors)),
         supervisors=dict(memory.supervisors),
@@ -745,6 +770,7 @@ async def tick(
         preflight_pod=preflight_pod,
         progress=progress,
         admission=admission,
+        target=target,
     )
     transition = advance(status, world)
     if _stops_now(status, transition):
@@ -763,7 +789,10 @@ async def tick(
         _log.debug("job %s: %s", key.name, note.message)
     plan = transition.launch
     if plan is not None:
-        if await _launch_or_hold(kube, key, view, memory, ref=ref, plan=plan, tenancy=tenancy):
+        launched = await _launch_or_hold(
+            kube, key, view, memory, ref=ref, spec=world.spec, plan=plan, tenancy=tenancy
+        )
+        if launched:
             return True
         if plan.spill_skip_ranges is not None:
             memory.skip_ranges = None
@@ -772,7 +801,7 @@ async def tick(
         kept = dict(plan.in_place)
         master = kept.get(0) or naming.pod_name(key.name, started.attempt, 0)
         await _order(
-            scraper, memory, facts, _start_orders(spec, ref, started, kept.values(), master)
+            scraper, memory, facts, _start_orders(world.spec, ref, started, kept.values(), master)
         )
     if memory.spec_gate.passed(generation):
         transition = dataclasses.replace(
@@ -795,7 +824,7 @@ async def tick(
         await _put_live(scraper, memory.token, transition, facts)
     if transition.stop_pods:
         stop: Order = StopOrder(
-            attempt=transition.stop_attempt, grace_seconds=pods.grace_seconds(spec)
+            attempt=transition.stop_attempt, grace_seconds=pods.grace_seconds(world.spec)
         )
         await _order(scraper, memory, facts, dict.fromkeys(transition.stop_pods, stop))
     if transition.start_pods:
@@ -825,7 +854,8 @@ async def tick(
             kube, kueue, job, spec, transition, queued=queued, pods_seen=facts,
             workload=workload, now=world.now,
         )  # fmt: skip
-    _record_metrics(key, spec, transition)
+    policy = transition.status.policy
+    _record_metrics(key, policy.recovery if policy is not None else spec.recovery, transition)
     memory.next_tick_at = _next_tick_at(transition.status.phase, spec, memory, pacer)
     if admission is not None and not admission.may_run and not facts:
         memory.next_tick_at = time.monotonic() + QUEUED_TICK_SECONDS
@@ -937,22 +967,24 @@ async def _launch_or_hold(
     memory: JobMemory,
     *,
     ref: pods.JobRef,
+    spec: StableTrainingJobSpec,
     plan: Launch,
     tenancy: TenancySettings,
 ) -> bool:
-    """The launch, once the spec passed every check for this attempt (tenancy/spec_check.py);
-    held instead (True) when it did not, when another owner holds one of the names, or when
-    the API server refuses the pods themselves."""
+    """The launch of `spec` (the job's, under its platform policies), once it passed every
+    check for this attempt (tenancy/spec_check.py); held instead (True) when it did not,
+    when another owner holds one of the names, or when the API server refuses the pods
+    themselves."""
     generation = view.job["metadata"].get("generation")
     attempt = plan.directives.attempt
     problems = await asyncio.to_thread(
-        memory.spec_gate.check, kube, view.spec, ref, tenancy, generation=generation,
+        memory.spec_gate.check, kube, spec, ref, tenancy, generation=generation,
         attempt=attempt,
     )  # fmt: skip
     if problems:
         return await _hold(kube, key, view, memory, problems)
     try:
-        await asyncio.to_thread(launch, kube, ref, view.spec, plan)
+        await asyncio.to_thread(launch, kube, ref, spec, plan)
     except NotOwnedError as error:
         return await _not_owned(kube, key, view, memory, error)
     except ApiException as error:

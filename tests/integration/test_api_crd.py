@@ -22,6 +22,7 @@ import pytest
 import yaml
 from kubernetes import client
 
+from stabletrain_agent.contract.base import AS_WRITTEN
 from stabletrain_agent.contract.checkpoint_inventory import CheckpointRecord, NodeCopy, TierCopy
 from stabletrain_agent.contract.directives import SkipRange
 from stabletrain_agent.contract.trip_report import TripReport
@@ -47,6 +48,7 @@ from stabletrain_operator.api.status import (
     RollbackRecord,
     StableTrainingJobStatus,
 )
+from stabletrain_operator.platform_policy.effective import effective_policy
 from support.controlplane import ControlPlane
 
 REPO = Path(__file__).resolve().parents[2]
@@ -129,6 +131,14 @@ def drop(path: str) -> Mutation:
         for part in parents:
             node = node[int(part)] if part.isdigit() else node[part]
         del node[leaf]
+
+    return mutate
+
+
+def both(*mutations: Mutation) -> Mutation:
+    def mutate(manifest: Manifest) -> None:
+        for mutation in mutations:
+            mutation(manifest)
 
     return mutate
 
@@ -277,8 +287,11 @@ MALFORMED: list[tuple[str, Mutation, list[str]]] = [
         ["spec.recovery.rules[1]", "Duplicate value"],
     ),
     (
-        "rule naming an undefined custom signal",
-        put("recovery.rules", [rule(onSignals=["custom:val_loss"])]),
+        "rule naming a custom signal the job's detection.custom does not define",
+        both(
+            put("detection.custom", [{"name": "entropy", "kind": "Below", "threshold": 1}]),
+            put("recovery.rules", [rule(onSignals=["custom:val_loss"])]),
+        ),
         ["spec.recovery.rules", "detection.custom defines"],
     ),
     (
@@ -337,22 +350,26 @@ def test_malformed_manifest_is_rejected_naming_the_field(
     assert stored.returncode != 0
 
 
-def test_explicit_nulls_cannot_disable_both_spike_rules(
+def test_explicit_nulls_are_kept_for_the_operator_to_judge(
     api_client: client.ApiClient, shared_namespace: str
 ) -> None:
-    """kubectl drops null fields before sending; API clients do not, so the server must check."""
-    manifest = copy.deepcopy(example("minimal"))
-    manifest["spec"]["detection"] = {"lossSpike": {"ratio": None, "zscore": None}}
+    """kubectl drops null fields before sending; API clients do not. The server keeps an
+    explicit null (a disabled rule), which its CEL cannot tell from an absent field (one
+    to inherit): whether a spike rule is left at all is judged on the effective detection
+    by the operator (InvalidEffectivePolicy, naming detection.lossSpike)."""
     objects = client.CustomObjectsApi(api_client)
-    with pytest.raises(client.ApiException) as refused:
-        objects.create_namespaced_custom_object(
-            GROUP, VERSION, shared_namespace, PLURAL, manifest, field_validation="Strict"
-        )
-    body = str(refused.value.body)
-    print(body)
-    assert refused.value.status == 422
-    assert "spec.detection.lossSpike" in body
-    assert "set ratio, zscore or both" in body
+    manifest = copy.deepcopy(example("minimal"))
+    manifest["metadata"]["name"] = f"nulls-{uuid.uuid4().hex[:6]}"
+    manifest["spec"]["detection"] = {"lossSpike": {"ratio": None, "zscore": None}}
+    created = objects.create_namespaced_custom_object(
+        GROUP, VERSION, shared_namespace, PLURAL, manifest, field_validation="Strict"
+    )
+    assert created["spec"]["detection"] == {"lossSpike": {"ratio": None, "zscore": None}}
+    spec = StableTrainingJobSpec.model_validate(created["spec"], context={AS_WRITTEN: True})
+    judged = effective_policy(spec, [])
+    assert judged.spec is None
+    assert "detection.lossSpike" in judged.refusal
+    assert "set ratio, zscore or both" in judged.refusal
 
 
 def test_table_has_at_least_twenty_cases() -> None:
@@ -376,23 +393,69 @@ def test_example_is_accepted_with_the_documented_defaults(
     stored = json.loads(read.stdout)["spec"]
     documented = apply_defaults(openapi_schema()["properties"]["spec"], manifest["spec"])
     assert without_nulls(stored) == without_nulls(documented)
-    parsed = StableTrainingJobSpec.model_validate(manifest["spec"]).model_dump(mode="json")
-    assert without_nulls(stored) == without_nulls(parsed)
+    # What the operator reads: the stored spec as written (detection and recovery only as far
+    # as the job sets them), every other default the server filled in.
+    as_written = StableTrainingJobSpec.model_validate(stored, context={AS_WRITTEN: True})
+    dumped = as_written.model_dump(mode="json", exclude_unset=True)
+    assert without_nulls(stored) == without_nulls(dumped)
     if name == "minimal":
-        assert stored["detection"]["lossSpike"] == {"ratio": 1.6, "consecutiveSteps": 4}
-        assert stored["detection"]["gradNormSpike"]["ratio"] == 4.0
-        assert [r["name"] for r in stored["recovery"]["rules"]] == [
+        left_out = [key for key in ("detection", "recovery") if key in stored]
+        assert left_out == [], "inherited from the namespace's StableTrainingPolicy defaults"
+        assert stored["checkpoints"]["local"]["retention"] == 3
+        effective = effective_policy(as_written, []).spec
+        assert effective is not None, "no policy: the built-in defaults"
+        assert effective.detection.loss_spike.ratio == 1.6
+        assert effective.detection.grad_norm_spike.ratio == 4.0
+        assert [r.name for r in effective.recovery.rules] == [
             "non-finite",
             "loss-spike",
             "infrastructure",
             "report-only",
         ]
-        assert stored["checkpoints"]["local"]["retention"] == 3
-        assert stored["recovery"]["budgets"] == {
-            "maxRollbacks": 5,
-            "maxRestarts": 10,
-            "cooldownSeconds": 300,
-        }
+        budgets = effective.recovery.budgets
+        assert (budgets.max_rollbacks, budgets.max_restarts, budgets.cooldown_seconds) == (
+            5,
+            10,
+            300,
+        )
+
+
+FIXED_AFTER_CREATION = [
+    ("workers.nodes", 3, "spec.workers.nodes", "cannot change while the job exists"),
+    ("workers.processesPerNode", 2, "spec.workers.processesPerNode", "no relaunch could restore"),
+    ("checkpoints.pfs.claimName", "other-claim", "spec.checkpoints.pfs.claimName",
+     "claimName cannot change while the job exists"),
+    ("checkpoints.pfs.subPath", "elsewhere", "spec.checkpoints.pfs.subPath",
+     "subPath cannot change while the job exists"),
+    ("checkpoints.local.hostPath", "/var/lib/elsewhere", "spec.checkpoints.local.hostPath",
+     "hostPath cannot change while the job exists"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", FIXED_AFTER_CREATION, ids=[c[0] for c in FIXED_AFTER_CREATION])
+def test_a_field_fixed_at_creation_is_refused_naming_the_field_and_why(
+    control_plane: ControlPlane, crd: str, namespace: str, case: tuple[str, Any, str, str]
+) -> None:
+    path, value, field, why = case
+    manifest = copy.deepcopy(example("minimal"))
+    applied = kubectl(control_plane, "apply", "-n", namespace, "-f", "-",
+                      stdin=yaml.safe_dump(manifest))  # fmt: skip
+    assert applied.returncode == 0, applied.stderr
+    put(path, value)(manifest)
+    edited = kubectl(control_plane, "apply", "-n", namespace, "-f", "-",
+                     stdin=yaml.safe_dump(manifest))  # fmt: skip
+    print(edited.stderr.strip())
+    assert edited.returncode != 0, f"accepted: {edited.stdout}"
+    assert field in edited.stderr
+    assert why in edited.stderr
+    # What a running job can take: the template (at the next attempt), the policy (live).
+    manifest = copy.deepcopy(example("minimal"))
+    manifest["spec"]["workers"]["template"]["spec"]["containers"][0]["image"] = "trainer:v2"
+    manifest["spec"]["recovery"] = {"budgets": {"maxRollbacks": 2}}
+    manifest["spec"]["checkpoints"]["intervalSteps"] = 50
+    accepted = kubectl(control_plane, "apply", "-n", namespace, "-f", "-",
+                       stdin=yaml.safe_dump(manifest))  # fmt: skip
+    assert accepted.returncode == 0, accepted.stderr
 
 
 def test_get_shows_the_printer_columns(

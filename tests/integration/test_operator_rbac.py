@@ -16,7 +16,8 @@ from support.operator import Jobs, job_manifest, running_operator
 CLUSTER_RULES = [
     {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
      "verbs": ["list", "watch"]},
-    {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]},
+    {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": ["stabletrain.dev"], "resources": ["stabletrainingpolicies"], "verbs": ["list"]},
 ]  # fmt: skip
 NAMESPACE_RULES = [
     {"apiGroups": ["stabletrain.dev"], "resources": ["stabletrainingjobs"],

@@ -29,8 +29,9 @@ from kubernetes import client
 from stabletrain_agent.checkpoint.signing import CheckpointKey
 from stabletrain_agent.contract.env import CHECKPOINT_KEY_SECRET_KEY
 from stabletrain_operator import naming
+from stabletrain_operator.api.cluster_policy import POLICY_PLURAL
 from stabletrain_operator.api.constants import CRD_NAME, GROUP, PLURAL, VERSION
-from stabletrain_operator.api.crdgen import CRD_PATH
+from stabletrain_operator.api.crdgen import CRD_PATH, POLICY_CRD_PATH
 from stabletrain_operator.tenancy.settings import DEFAULT_HOST_PATH_PREFIXES
 from support.controlplane import ControlPlane
 from support.localnode import LocalCluster
@@ -46,22 +47,26 @@ Json = dict[str, Any]
 
 
 def install_crd(plane: ControlPlane) -> None:
-    """Server-side apply of the generated CRD, then wait until it is Established."""
-    subprocess.run(
-        plane.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / CRD_PATH)),
-        check=True, capture_output=True, timeout=60,
-    )  # fmt: skip
-    jsonpath = '{.status.conditions[?(@.type=="Established")].status}'
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        state = subprocess.run(
-            plane.kubectl("get", "crd", CRD_NAME, "-o", f"jsonpath={jsonpath}"),
-            capture_output=True, text=True, timeout=30, check=False,
+    """Server-side apply of the generated CRDs (jobs and platform policies, as the chart
+    installs them), then wait until both are Established."""
+    for path in (CRD_PATH, POLICY_CRD_PATH):
+        subprocess.run(
+            plane.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / path)),
+            check=True, capture_output=True, timeout=60,
         )  # fmt: skip
-        if state.stdout.strip() == "True":
-            return
-        time.sleep(0.2)
-    raise RuntimeError(f"CRD {CRD_NAME} not Established within 30 s")
+    jsonpath = '{.status.conditions[?(@.type=="Established")].status}'
+    for name in (CRD_NAME, f"{POLICY_PLURAL}.{GROUP}"):
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            state = subprocess.run(
+                plane.kubectl("get", "crd", name, "-o", f"jsonpath={jsonpath}"),
+                capture_output=True, text=True, timeout=30, check=False,
+            )  # fmt: skip
+            if state.stdout.strip() == "True":
+                break
+            time.sleep(0.2)
+        else:
+            raise RuntimeError(f"CRD {name} not Established within 30 s")
 
 
 class OperatorProcess:

@@ -16,6 +16,7 @@ from torch import nn
 from stabletrain_agent.checkpoint.replicate import PfsCondition
 from stabletrain_agent.contract.channel import AgentStatus, RejectedCopy
 from stabletrain_agent.contract.checkpoint_inventory import CheckpointRecord, TierCopy
+from stabletrain_agent.contract.checkpoint_settings import CheckpointSettings
 from stabletrain_agent.contract.completion import parse_completion
 from stabletrain_agent.contract.detection import BaselineConfig, DetectionConfig, NonFiniteConfig
 from stabletrain_agent.contract.directives import Directives, SkipRange, SkipUnit
@@ -63,6 +64,7 @@ class RecordedCheckpoints:
     def __init__(self) -> None:
         self.flushed: list[tuple[float, int | None]] = []
         self.snapshots: list[tuple[int, bool]] = []
+        self.settings: list[CheckpointSettings] = []
 
     def inventory(self) -> list[CheckpointRecord]:
         return [
@@ -87,6 +89,9 @@ class RecordedCheckpoints:
     def snapshot(self, step: int, *, stable: bool) -> bool:
         self.snapshots.append((step, stable))
         return True
+
+    def apply_settings(self, settings: CheckpointSettings) -> None:
+        self.settings.append(settings)
 
     @property
     def inventory_version(self) -> int:
@@ -485,6 +490,39 @@ def test_a_live_threshold_directive_changes_what_trips_from_the_next_step(
     assert generations == [1, 1, 2, 2, 2, 2, 2, 2]
     assert guard.skipped_steps == 1
     assert params_finite(model)
+
+
+def test_checkpoint_settings_of_adopted_directives_reach_the_manager_at_that_step(
+    tiny_gpt: ModuleType, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An edited spec's interval and retention arrive with newer directives: the guard hands
+    them to its checkpoint manager at the step every rank adopts them (and to a manager
+    attached after construction, the settings in force), and says so in the pod's log."""
+    model = tiny_model(tiny_gpt)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    batches = token_batches()
+    first = CheckpointSettings(interval_steps=25, keep_local=8, keep_pfs=8, spike_markers=2)
+    edited = first.model_copy(update={"interval_steps": 10, "keep_pfs": 12})
+    source = DirectiveSource(0, Directives(generation=1, attempt=0, checkpoints=first))
+    guard = Guard(model, optimizer, data=batches, directives=source, guard_env=GuardEnv())
+    manager = RecordedCheckpoints()
+    guard.checkpoints = manager
+    assert manager.settings == [first], "attached after construction: the settings in force"
+    for step in range(1, 5):
+        if step == 3:
+            source.offer(Directives(generation=2, attempt=0, checkpoints=edited,
+                                    trip_on=("NonFinite",)))  # fmt: skip
+        batch = next(batches)
+        loss = model(batch[:, :-1], batch[:, 1:])
+        loss.backward()
+        guard.step(loss)
+        optimizer.zero_grad()
+        assert len(manager.settings) == (2 if step >= 3 else 1), step
+    assert manager.settings[-1] == edited
+    assert (
+        "stabletrain: directives generation 2 of attempt 0 in force from step 4: trip on "
+        "NonFinite, LR scale 1" in capsys.readouterr().out
+    )
 
 
 def test_a_loss_spike_while_the_baseline_seeds_trips_instead_of_being_learned(

@@ -64,6 +64,7 @@ from stabletrain_agent.consensus import Agreed, agree
 from stabletrain_agent.contract import env
 from stabletrain_agent.contract.channel import RejectedCopy
 from stabletrain_agent.contract.checkpoint_inventory import CheckpointRecord, compact_inventory
+from stabletrain_agent.contract.checkpoint_settings import CheckpointSettings
 from stabletrain_agent.contract.completion import Completion
 from stabletrain_agent.contract.detection import DetectionConfig
 from stabletrain_agent.contract.directives import DEFAULT_TRIP_ON, Directives, parse_directives
@@ -123,6 +124,10 @@ class Checkpoints(Protocol):
 
     def is_save_step(self, step: int) -> bool:
         """Whether the job saves after `step` (spec.checkpoints.intervalSteps)."""
+        ...
+
+    def apply_settings(self, settings: CheckpointSettings) -> None:
+        """Save and keep what the adopted directives say (an edited spec, live)."""
         ...
 
     def save(
@@ -219,10 +224,9 @@ class Guard:
         if exporter is not None:
             exporter.before_status = self._refresh_for_status
         self._saving = saving
+        self.applied: Directives | None = None
+        self._checkpoints: Checkpoints | None = None
         self.checkpoints = checkpoints
-        """Its inventory is exported whenever it changes, and with the trip report after a
-        flush. Settable after construction: the manager usually checkpoints the guard
-        itself, so it is built after it."""
         self._exported_version: int | None = None
         self._inventory_export: threading.Thread | None = None
         self._export_lock = threading.Lock()
@@ -236,7 +240,6 @@ class Guard:
         self.global_step = 0
         """Optimizer steps finished (skipped ones included): the step the next one follows."""
         self.skipped_steps = 0
-        self.applied: Directives | None = None
         self.saved_request = 0
         """The newest directives save_request answered (a pod starts with its ConfigMap's)."""
         self._steps_since_start = 0
@@ -367,6 +370,21 @@ class Guard:
             checkpoints.flush(HAND_OVER_SECONDS)
             self._rescan(deadline)
         exporter.await_inventory_served(max(0.0, deadline - time.monotonic()))
+
+    @property
+    def checkpoints(self) -> Checkpoints | None:
+        """The checkpoint manager. Its inventory is exported whenever it changes, and with
+        the trip report after a flush. Settable after construction (the manager usually
+        checkpoints the guard itself, so it is built after it): it then takes the checkpoint
+        settings of the directives in force, as it does every time newer ones are adopted."""
+        return self._checkpoints
+
+    @checkpoints.setter
+    def checkpoints(self, manager: Checkpoints | None) -> None:
+        self._checkpoints = manager
+        settings = self.applied.checkpoints if self.applied is not None else None
+        if manager is not None and settings is not None:
+            manager.apply_settings(settings)
 
     def is_save_step(self) -> bool:
         """Whether the step just finished is one the job saves at, as the attached manager's
@@ -632,7 +650,9 @@ class Guard:
         self.lr.set_scale(directives.lr_scale)
         if directives.resume_step is not None:
             self.lr.start_rewarmup(directives.resume_step, directives.rewarmup_steps)
-        self.monitor.reconfigure(directives.detection, directives.trip_on)
+        self.monitor.reconfigure(directives.detection, directives.trip_on, directives.trip_rules)
+        if directives.checkpoints is not None and self.checkpoints is not None:
+            self.checkpoints.apply_settings(directives.checkpoints)
         if at_start:
             self.saved_request = max(self.saved_request, directives.save_request)
         if at_start and self.data is not None:
@@ -642,6 +662,13 @@ class Guard:
                     resume_step=self.global_step,
                     next_batch_index=self.data.next_batch_index,
                 )
+            )
+        if self.env.local_rank == 0 and directives.generation != self.applied_generation:
+            print(
+                f"stabletrain: directives generation {directives.generation} of attempt "
+                f"{directives.attempt} in force from step {self.global_step + 1}: trip on "
+                f"{', '.join(directives.trip_on) or 'nothing'}, LR scale {directives.lr_scale:g}",
+                flush=True,
             )
         self.applied = directives
 
@@ -738,6 +765,7 @@ class Guard:
             inventory=compact_inventory(records, self.env.node, self.env.pod),
             lineage_path=lineage_path,
             suspect_shards=self._suspect_shards_of_all_ranks(lead.onset_step),
+            directives_generation=self.applied_generation,
         )
         tripped = TrainingTripped(report)
         if self.exporter is not None:

@@ -50,6 +50,7 @@ def build_trip_report(
     inventory: tuple[CompactCheckpoint, ...],
     lineage_path: str,
     suspect_shards: tuple[str, ...] = (),
+    directives_generation: int | None = None,
 ) -> TripReport:
     """The contract's report for a tripping verdict; the first tripping finding leads. Of
     `inventory` (oldest first) the newest INVENTORY_MAX entries are kept, the rest counted."""
@@ -76,6 +77,7 @@ def build_trip_report(
         lineage_path=lineage_path,
         suspect_shards=suspect_shards[:SUSPECT_SHARDS_MAX],
         suspect_shards_omitted=max(0, len(suspect_shards) - SUSPECT_SHARDS_MAX),
+        directives_generation=directives_generation,
     )
 
 

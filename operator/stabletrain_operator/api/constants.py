@@ -88,6 +88,10 @@ class ConditionType(StrEnum):
     INVALID_SPEC = "InvalidSpec"
     """True while the spec cannot become pods (the message names each field): nothing is
     created until the spec changes; False once a launch went ahead."""
+    SPEC_APPLIED = "SpecApplied"
+    """The pods run the spec's newest generation (status.observedGeneration); False while an
+    edit is on its way to them, waits for the next attempt, or is refused by a
+    StableTrainingPolicy limit, saying which."""
 
 
 class Reason(StrEnum):
@@ -179,3 +183,14 @@ class Reason(StrEnum):
     """An object the job needs exists under its name but belongs to something else."""
     SPEC_ACCEPTED = "SpecAccepted"
     """InvalidSpec False: the spec became pods."""
+    SPEC_IN_FORCE = "SpecInForce"
+    """The pods run the newest spec generation (or none run, and the next launch will)."""
+    AWAITING_PODS = "AwaitingPods"
+    """An edit's directives were sent; not every pod reported applying them yet."""
+    AT_NEXT_ATTEMPT = "AtNextAttempt"
+    """An edit of what the pods are built from (workers) takes effect when the next
+    attempt's pods are created."""
+    EXCEEDS_POLICY_LIMIT = "ExceedsPolicyLimit"
+    """The spec sets a value beyond a StableTrainingPolicy limit: not taken into force."""
+    INVALID_EFFECTIVE_POLICY = "InvalidEffectivePolicy"
+    """The job's values over its policies' defaults do not make a valid policy."""

@@ -26,7 +26,12 @@ from stabletrain_agent.contract.detection import GradNormSpikeConfig, LossSpikeC
 from stabletrain_agent.contract.names import Action
 from stabletrain_agent.contract.trip_report import TERMINATION_MESSAGE_LIMIT
 from stabletrain_operator.api import constants as c
-from stabletrain_operator.api.effects import FIELD_EFFECTS
+from stabletrain_operator.api.cluster_policy import (
+    POLICY_KIND,
+    POLICY_SHORT_NAMES,
+    StableTrainingPolicy,
+)
+from stabletrain_operator.api.effects import FIELD_EFFECTS, POLICY_FIELD_EFFECTS, Effect
 from stabletrain_operator.api.resource import StableTrainingJob
 from stabletrain_operator.api.schema import Schema, structural
 from stabletrain_operator.api.spec import default_rules
@@ -92,7 +97,15 @@ def _cell(text: str) -> str:
     return " ".join(text.split()).replace("|", "\\|")
 
 
-def _field_rows(node: Schema, path: str, required: bool, rows: list[str], rules: list[str]) -> None:
+def _field_rows(
+    node: Schema,
+    path: str,
+    required: bool,
+    rows: list[str],
+    rules: list[str],
+    *,
+    collapsed: frozenset[str] = frozenset(),
+) -> None:
     default = (
         f"`{json.dumps(node['default'])}`"
         if "default" in node
@@ -108,12 +121,12 @@ def _field_rows(node: Schema, path: str, required: bool, rows: list[str], rules:
             target = on + rule.get("fieldPath", "")
             rules.append(f"| `{on}` | `{rule['rule']}` | `{target}` | {_cell(rule['message'])} |")
     children = node.get("properties") or node.get("items", {}).get("properties")
-    if not children:
+    if not children or path in collapsed:
         return
     needed = set(node.get("required") or node.get("items", {}).get("required") or [])
     prefix = path + ("[]" if "items" in node else "")
     for name, child in children.items():
-        _field_rows(child, f"{prefix}.{name}", name in needed, rows, rules)
+        _field_rows(child, f"{prefix}.{name}", name in needed, rows, rules, collapsed=collapsed)
 
 
 def _reference() -> tuple[str, str]:
@@ -125,9 +138,19 @@ def _reference() -> tuple[str, str]:
     return "\n".join(rows), "\n".join(rules)
 
 
-def _effects() -> str:
+def _policy_reference() -> tuple[str, str]:
+    """The StableTrainingPolicy's fields; its defaults' nested fields are the job's."""
+    schema = structural(StableTrainingPolicy)
+    rows = ["| Field | Type | Default | Constraints | Description |", "|---|---|---|---|---|"]
+    rules = ["| On | Rule (CEL) | Error names | Message |", "|---|---|---|---|"]
+    collapsed = frozenset({"spec.defaults.detection", "spec.defaults.recovery"})
+    _field_rows(schema["properties"]["spec"], "spec", False, rows, rules, collapsed=collapsed)
+    return "\n".join(rows), "\n".join(rules)
+
+
+def _effects(effects: dict[str, Effect]) -> str:
     lines = ["| Field | Takes effect in | Proved by |", "|---|---|---|"]
-    for field, effect in FIELD_EFFECTS.items():
+    for field, effect in effects.items():
         tests = "<br>".join(f"`{test}`" for test in effect.tests)
         lines.append(f"| `{field}` | {_cell(effect.where)} | {tests} |")
     return "\n".join(lines)
@@ -147,6 +170,7 @@ def _doc(obj: Any) -> str:
 
 def render_api_docs() -> str:
     reference, rules = _reference()
+    policy_reference, _ = _policy_reference()
     actions = "\n\n".join(f"### {action.value}\n\n{kind_of(action).doc}" for action in Action)
     env_rows = "\n".join(f"| `{name}` | {_cell(doc)} |" for name, doc in env_docs().items())
     return f"""{GENERATED_NOTE}
@@ -169,12 +193,19 @@ tried in order; the first match wins; a signal no rule matches is only recorded.
 
 ## Default policy and its evidence
 
-When `spec.recovery.rules` is absent the API server fills in:
+What a job leaves out of `spec.detection` and `spec.recovery` it inherits, field by field:
+first from the [StableTrainingPolicy](#stabletrainingpolicy) objects that select its
+namespace, then from the built-in defaults the field reference below lists. The CRD keeps
+no defaults there, so the stored spec shows what the job itself set; `status.policy` shows
+the result and where each value came from. When neither the job nor a policy sets
+`recovery.rules`, the operator uses:
 
 {_default_policy()}
 
 Only signals that a Rollback, RestartFromLatest or Fail rule names make the agent stop
-training (trip); the others only report, and Alert/ReduceLR act on what the agent reports.
+training (trip), and only where such a rule is the first to match the finding (the
+directives carry the rules' order, classes and `whileFiring`); the others only report, and
+Alert/ReduceLR act on what the agent reports.
 
 {_doc(detection_module)}
 
@@ -214,7 +245,46 @@ ignored (`operator/stabletrain_operator/api/effects.py`; a unit test fails when 
 no row or a row names a test that does not exist). "the fields below" marks an object whose
 effect is that of its fields.
 
-{_effects()}
+{_effects(FIELD_EFFECTS)}
+
+## Editing a running job
+
+A running job's spec may change; every field either reaches the running pods, waits for the
+next attempt's pods, or is refused by the API server (docs/policy.md, "Editing a running
+job"):
+
+- live, within a few seconds: `detection.*`, which signals trip (from `recovery.rules`), the
+  custom signals, and `checkpoints.intervalSteps`, `.local.retention`, `.local.sizeLimit`,
+  `.pfs.retention`, `.spikeMarkers` (live directives of a new generation); every other
+  `recovery.*` field, `checkpoints.selection`, `preflight.maxLostSteps`, `suspend` and
+  `manualRollback` are read by the operator, so they act from its next tick;
+- at the next attempt: `workers.template`, `workers.containerName`, `workers.rendezvous`
+  (pods are built from them when they are created); `preflight.mode` gates only the first
+  launch;
+- refused (CEL transition rules, the error names the field and why): `workers.nodes`,
+  `workers.processesPerNode`, `checkpoints.local.hostPath` and `.volume`,
+  `checkpoints.pfs.claimName` and `.subPath`.
+
+`status.observedGeneration` is the newest generation all of whose changes are in force;
+`status.policy` is the policy the pods run, and the `SpecApplied` condition says what waits
+(`AwaitingPods`, `AtNextAttempt`) or is refused (`ExceedsPolicyLimit`,
+`InvalidEffectivePolicy`).
+
+## StableTrainingPolicy
+
+Group `{c.GROUP}`, version `{c.VERSION}`, kind `{POLICY_KIND}`, short name
+`{", ".join(POLICY_SHORT_NAMES)}`; cluster-scoped (a tenant who may create jobs cannot write
+it). `kubectl get stp` shows Priority, Max Rollbacks and Age. Each policy selects namespaces
+by their labels; the jobs there inherit its `defaults` for every field of `detection` and
+`recovery` they leave out, and may not exceed its `limits`: a value a job sets beyond one is
+refused (the job does not start, or an edit of a running one does not come into force, and
+`SpecApplied` names the limit and the policy), a value it inherits is held to it.
+`spec.defaults.detection` and `spec.defaults.recovery` have the fields of `spec.detection`
+and `spec.recovery` above, none of them defaulted.
+
+{policy_reference}
+
+{_effects(POLICY_FIELD_EFFECTS)}
 
 ## Validation rules
 

@@ -60,6 +60,13 @@ E2E_UNSCHEDULABLE = (
 )
 SPEC_CHECK = UNIT + "operator/test_spec_check.py::"
 HOSTILE = INTEG + "test_hostile_tenant.py::"
+ROLLOUT = UNIT + "operator/test_spec_rollout.py::"
+EFFECTIVE = UNIT + "platform_policy/test_effective_policy.py::"
+INTEG_PLATFORM_POLICY = INTEG + "test_platform_policy.py::"
+E2E_LIVE_EDIT = E2E + "test_live_policy_edit.py::"
+_FIXED = CRD + "test_a_field_fixed_at_creation_is_refused_naming_the_field_and_why"
+_LIVE_SETTINGS = ROLLOUT + "test_checkpoint_settings_reach_the_pods_live"
+_MANAGER_LIVE = SETTINGS + "test_an_edited_spec_s_settings_change_the_running_manager"
 GROUP = "the fields below"
 _POD_CONTRACT = PODS + "test_pod_carries_torchrun_settings_and_the_agent_contract"
 
@@ -67,23 +74,29 @@ FIELD_EFFECTS: dict[str, Effect] = {
     "spec": _e(GROUP, CRD + "test_example_is_accepted_with_the_documented_defaults"),
     "spec.workers": _e(GROUP, _POD_CONTRACT),
     "spec.workers.nodes": _e(
-        "pods.torchrun_env (PET_NNODES, STABLETRAIN_NODES); reconcile launches one pod per node",
+        "pods.torchrun_env (PET_NNODES, STABLETRAIN_NODES); reconcile launches one pod per node; "
+        "fixed at creation (CEL transition rule)",
         _POD_CONTRACT,
+        _FIXED,
         INTEG_OPERATOR_LIFECYCLE + "test_job_runs_its_torchrun_pods_to_success",
         PODS + "test_non_default_workers_and_rendezvous_settings_reach_torchrun",
     ),
     "spec.workers.processesPerNode": _e(
-        "pods.torchrun_env (PET_NPROC_PER_NODE, STABLETRAIN_PROCESSES_PER_NODE)",
+        "pods.torchrun_env (PET_NPROC_PER_NODE, STABLETRAIN_PROCESSES_PER_NODE); fixed at "
+        "creation (CEL transition rule)",
         _POD_CONTRACT,
+        _FIXED,
         PODS + "test_non_default_workers_and_rendezvous_settings_reach_torchrun",
     ),
     "spec.workers.template": _e(
         "pods.build_pod: the template is each worker pod, the operator's entries added; "
-        "tenancy.spec_check: its shape, the cluster's Pod Security level, a dry run",
+        "tenancy.spec_check: its shape, the cluster's Pod Security level, a dry run; an edit "
+        "reaches the next attempt's pods (status.builtFrom, SpecApplied AtNextAttempt)",
         PODS + "test_user_env_and_template_survive_but_operator_values_win",
         SPEC_CHECK + "test_a_malformed_template_names_its_field_instead_of_raising",
         SPEC_CHECK + "test_pod_security_problems_name_the_template_field_and_the_level",
         HOSTILE + "test_point4_a_spec_that_cannot_become_pods_is_held_once_and_costs_nothing_more",
+        ROLLOUT + "test_a_template_edit_waits_for_the_next_attempt_and_says_so",
     ),
     "spec.workers.template.metadata": _e(
         "pods.build_pod: labels and annotations of every worker pod",
@@ -121,8 +134,10 @@ FIELD_EFFECTS: dict[str, Effect] = {
     "spec.checkpoints.local": _e(GROUP, _POD_CONTRACT),
     "spec.checkpoints.local.hostPath": _e(
         "pods._volumes: the local tier's hostPath volume <hostPath>/<namespace>/<job> "
-        "(DirectoryOrCreate); tenancy.local_tier: one of the cluster's node directories",
+        "(DirectoryOrCreate); tenancy.local_tier: one of the cluster's node directories; "
+        "fixed at creation",
         _POD_CONTRACT,
+        _FIXED,
         E2E_CHECKPOINT_SETTINGS + "test_interval_and_retention_of_the_spec_are_what_the_pods_do",
         SPEC_CHECK + "test_a_node_directory_must_be_one_the_cluster_allows",
         HOSTILE + "test_point1_a_job_gets_its_own_node_directory_and_nothing_more",
@@ -134,31 +149,40 @@ FIELD_EFFECTS: dict[str, Effect] = {
         SPEC_CHECK + "test_a_local_volume_must_be_one_source_of_an_allowed_type",
     ),
     "spec.checkpoints.local.retention": _e(
-        "pods.checkpoint_env (STABLETRAIN_LOCAL_RETENTION) -> CheckpointConfig.keep_local -> "
-        "the manager's local retention; preflight tier space",
+        "pods.checkpoint_env (STABLETRAIN_LOCAL_RETENTION), then the directives' checkpoints "
+        "(live when edited) -> CheckpointConfig.keep_local -> the manager's local retention; "
+        "preflight tier space and retention depth",
         PODS + "test_pod_carries_the_checkpoint_settings_of_the_spec",
+        _MANAGER_LIVE,
         SETTINGS + "test_interval_and_retention_come_from_the_spec",
         E2E_CHECKPOINT_SETTINGS + "test_interval_and_retention_of_the_spec_are_what_the_pods_do",
     ),
     "spec.checkpoints.local.sizeLimit": _e(
-        "pods.checkpoint_env (STABLETRAIN_LOCAL_SIZE_LIMIT_BYTES) -> the manager keeps fewer "
-        "local copies; preflight local_size_limit, local_retention_capped",
+        "pods.checkpoint_env (STABLETRAIN_LOCAL_SIZE_LIMIT_BYTES), then the directives' "
+        "checkpoints (live when edited) -> the manager keeps fewer local copies; preflight "
+        "local_size_limit, local_retention_capped",
         PODS + "test_pod_carries_the_checkpoint_settings_of_the_spec",
         SETTINGS + "test_the_size_limit_keeps_fewer_local_copies_than_the_retention",
         CHECKLIST + "test_the_local_tier_is_judged_by_what_the_agent_keeps_under_its_size_limit",
     ),
     "spec.checkpoints.pfs": _e(GROUP, _POD_CONTRACT),
     "spec.checkpoints.pfs.claimName": _e(
-        "pods._volumes: the PFS tier's PersistentVolumeClaim", _POD_CONTRACT
+        "pods._volumes: the PFS tier's PersistentVolumeClaim; fixed at creation",
+        _POD_CONTRACT,
+        _FIXED,
     ),
     "spec.checkpoints.pfs.subPath": _e(
-        "pods._mounts: subPath of the PFS mount",
+        "pods._mounts: subPath of the PFS mount; fixed at creation",
         PODS + "test_a_local_volume_and_a_pfs_sub_path_are_what_the_pod_mounts",
+        _FIXED,
     ),
     "spec.checkpoints.pfs.retention": _e(
-        "pods.checkpoint_env (STABLETRAIN_PFS_RETENTION) -> CheckpointConfig.keep_pfs -> the "
-        "manager's PFS retention; preflight tier space",
+        "pods.checkpoint_env (STABLETRAIN_PFS_RETENTION), then the directives' checkpoints "
+        "(live when edited) -> CheckpointConfig.keep_pfs -> the manager's PFS retention; "
+        "preflight tier space and retention depth",
         SETTINGS + "test_interval_and_retention_come_from_the_spec",
+        _LIVE_SETTINGS,
+        CHECKLIST + "test_retention_that_cannot_hold_an_escalated_rollback_warns_per_tier",
         E2E_CHECKPOINT_SETTINGS + "test_interval_and_retention_of_the_spec_are_what_the_pods_do",
     ),
     "spec.checkpoints.memory": _e(GROUP, _POD_CONTRACT),
@@ -180,22 +204,28 @@ FIELD_EFFECTS: dict[str, Effect] = {
         TRUTH + "test_the_planned_event_and_history_say_what_both_tiers_cost",
     ),
     "spec.checkpoints.intervalSteps": _e(
-        "pods.checkpoint_env (STABLETRAIN_CHECKPOINT_INTERVAL_STEPS) -> "
-        "CheckpointManager.is_save_step / Guard.is_save_step; preflight lost-work budget",
+        "pods.checkpoint_env (STABLETRAIN_CHECKPOINT_INTERVAL_STEPS), then the directives' "
+        "checkpoints (live when edited) -> CheckpointManager.is_save_step / Guard.is_save_step; "
+        "preflight lost-work budget and retention depth",
         SETTINGS + "test_interval_and_retention_come_from_the_spec",
+        _LIVE_SETTINGS,
+        _MANAGER_LIVE,
         E2E_CHECKPOINT_SETTINGS + "test_interval_and_retention_of_the_spec_are_what_the_pods_do",
         CHECKLIST + "test_checkpoint_interval_against_the_lost_work_budget",
     ),
     "spec.checkpoints.spikeMarkers": _e(
-        "pods.checkpoint_env (STABLETRAIN_SPIKE_MARKERS) -> the manager writes and keeps the "
-        "earliest markers of the newest episode",
+        "pods.checkpoint_env (STABLETRAIN_SPIKE_MARKERS), then the directives' checkpoints "
+        "(live when edited) -> the manager writes and keeps the earliest markers of the newest "
+        "episode",
         SETTINGS + "test_spike_markers_keep_the_earliest_of_the_newest_episode",
         UNIT_RETENTION + "test_the_earliest_markers_of_an_episode_are_kept",
     ),
     "spec.detection": _e(
-        "plan.sent_directives.attempt_directives: every attempt's directives -> the agent's "
-        "SignalMonitor",
+        "plan.sent_directives: every attempt's directives and, edited, live directives to the "
+        "running pods (plan.rollout) -> the agent's SignalMonitor; a StableTrainingPolicy's "
+        "defaults fill what it leaves out",
         PODS + "test_every_attempts_directives_carry_the_specs_detection",
+        EFFECTIVE + "test_a_job_that_sets_nothing_inherits_the_policy_and_the_built_in_rest",
         GUARD + "test_a_live_threshold_directive_changes_what_trips_from_the_next_step",
         INTEG_CUSTOM_SIGNAL + "test_validation_loss_jump_alerts_and_replay_alerts_the_same",
     ),
@@ -313,10 +343,20 @@ FIELD_EFFECTS: dict[str, Effect] = {
         INTEG_CUSTOM_SIGNAL
         + "test_entropy_low_while_reward_rises_rolls_back_with_a_lower_lr_as_replay_does",
     ),
-    "spec.recovery": _e(GROUP, ENGINE + "test_first_matching_rule_wins_in_order"),
-    "spec.recovery.rules": _e(
-        "policy.engine.decide: first matching rule wins; its stopping actions set the trip list",
+    "spec.recovery": _e(
+        "the fields below; a StableTrainingPolicy's defaults fill what it leaves out, its limits "
+        "refuse what it sets beyond them (platform_policy.effective)",
         ENGINE + "test_first_matching_rule_wins_in_order",
+        INTEG_PLATFORM_POLICY
+        + "test_namespace_defaults_are_inherited_overrides_within_limits_kept_beyond_refused",
+    ),
+    "spec.recovery.rules": _e(
+        "policy.engine.decide: first matching rule wins; the directives' trip list and trip "
+        "rules (the agent stops where the first match stops the run), live when edited",
+        ENGINE + "test_first_matching_rule_wins_in_order",
+        ROLLOUT
+        + "test_an_edit_of_what_trips_is_sent_live_and_is_in_force_once_every_pod_applied_it",
+        E2E_LIVE_EDIT + "test_a_rule_edited_to_alert_before_the_spike_alerts_once_and_never_stops",
         ENGINE + "test_trip_signals_are_what_stopping_rules_name_and_the_agent_computes",
     ),
     "spec.recovery.rules[].name": _e(
@@ -565,3 +605,90 @@ FIELD_EFFECTS: dict[str, Effect] = {
         CHECKLIST + "test_checkpoint_interval_against_the_lost_work_budget",
     ),
 }
+
+
+POLICY_FIELD_EFFECTS: dict[str, Effect] = {
+    "spec": _e(
+        GROUP,
+        INTEG_PLATFORM_POLICY
+        + "test_namespace_defaults_are_inherited_overrides_within_limits_kept_beyond_refused",
+    ),
+    "spec.namespaceSelector": _e(
+        "platform_policy.selection.selects: the namespaces whose jobs it applies to",
+        EFFECTIVE + "test_namespace_selectors_as_kubernetes_evaluates_them",
+        INTEG_PLATFORM_POLICY
+        + "test_namespace_defaults_are_inherited_overrides_within_limits_kept_beyond_refused",
+    ),
+    "spec.namespaceSelector.matchLabels": _e(
+        "platform_policy.selection.selects",
+        EFFECTIVE + "test_namespace_selectors_as_kubernetes_evaluates_them",
+    ),
+    "spec.namespaceSelector.matchExpressions": _e(
+        "platform_policy.selection.selects",
+        EFFECTIVE + "test_namespace_selectors_as_kubernetes_evaluates_them",
+    ),
+    "spec.namespaceSelector.matchExpressions[].key": _e(
+        "platform_policy.selection.selects",
+        EFFECTIVE + "test_namespace_selectors_as_kubernetes_evaluates_them",
+    ),
+    "spec.namespaceSelector.matchExpressions[].operator": _e(
+        "platform_policy.selection.selects",
+        EFFECTIVE + "test_namespace_selectors_as_kubernetes_evaluates_them",
+    ),
+    "spec.namespaceSelector.matchExpressions[].values": _e(
+        "platform_policy.selection.selects",
+        EFFECTIVE + "test_namespace_selectors_as_kubernetes_evaluates_them",
+    ),
+    "spec.priority": _e(
+        "platform_policy.selection.applicable (order), platform_policy.effective (first sets wins)",
+        EFFECTIVE + "test_the_highest_priority_policy_gives_each_default_and_every_limit_applies",
+    ),
+    "spec.defaults": _e(
+        "platform_policy.effective: what a job that leaves a field out inherits",
+        EFFECTIVE + "test_a_job_that_sets_nothing_inherits_the_policy_and_the_built_in_rest",
+        INTEG_PLATFORM_POLICY
+        + "test_namespace_defaults_are_inherited_overrides_within_limits_kept_beyond_refused",
+    ),
+    "spec.defaults.detection": _e(
+        "platform_policy.effective: merged field by field under the job's spec.detection",
+        EFFECTIVE + "test_a_job_that_sets_nothing_inherits_the_policy_and_the_built_in_rest",
+        EFFECTIVE + "test_an_effective_policy_that_does_not_validate_is_refused_with_the_field",
+    ),
+    "spec.defaults.recovery": _e(
+        "platform_policy.effective: merged field by field under the job's spec.recovery",
+        EFFECTIVE + "test_a_job_that_sets_nothing_inherits_the_policy_and_the_built_in_rest",
+        EFFECTIVE + "test_the_highest_priority_policy_gives_each_default_and_every_limit_applies",
+    ),
+    "spec.limits": _e(
+        GROUP, EFFECTIVE + "test_a_value_the_job_sets_beyond_a_limit_is_refused_naming_the_limit"
+    ),
+    "spec.limits.maxRollbacks": _e(
+        "platform_policy.effective: recovery.budgets.maxRollbacks",
+        EFFECTIVE + "test_a_value_the_job_sets_beyond_a_limit_is_refused_naming_the_limit",
+        ROLLOUT + "test_an_edit_beyond_a_policy_limit_is_not_taken_into_force",
+        INTEG_PLATFORM_POLICY
+        + "test_namespace_defaults_are_inherited_overrides_within_limits_kept_beyond_refused",
+    ),
+    "spec.limits.maxRestarts": _e(
+        "platform_policy.effective: recovery.budgets.maxRestarts",
+        EFFECTIVE + "test_the_highest_priority_policy_gives_each_default_and_every_limit_applies",
+    ),
+    "spec.limits.minLrFloor": _e(
+        "platform_policy.effective: every Rollback and ReduceLR rule's lrFloor",
+        EFFECTIVE + "test_a_value_the_job_sets_beyond_a_limit_is_refused_naming_the_limit",
+        EFFECTIVE + "test_a_job_that_sets_nothing_inherits_the_policy_and_the_built_in_rest",
+    ),
+    "spec.limits.minSpikeRatio": _e(
+        "platform_policy.effective: detection.lossSpike.ratio, gradNormSpike.ratio",
+        EFFECTIVE + "test_a_value_the_job_sets_beyond_a_limit_is_refused_naming_the_limit",
+    ),
+    "spec.limits.minSpikeZscore": _e(
+        "platform_policy.effective: detection.lossSpike.zscore, gradNormSpike.zscore",
+        EFFECTIVE + "test_a_value_the_job_sets_beyond_a_limit_is_refused_naming_the_limit",
+    ),
+    "spec.limits.allowedActions": _e(
+        "platform_policy.effective: the rules' actions and escalation.finalAction",
+        EFFECTIVE + "test_actions_a_policy_does_not_allow_are_refused_wherever_the_rules_come_from",
+    ),
+}
+"""The same for StableTrainingPolicy; its defaults' nested fields are those of the job's."""

@@ -146,6 +146,16 @@ def _without_nulls(value: Any) -> Any:
     return value
 
 
+def without_defaults(node: Any) -> Any:
+    """`node` with every default removed, at every level: what it leaves out stays out in the
+    stored object (a job's inherited fields, a policy's partial defaults)."""
+    if isinstance(node, list):
+        return [without_defaults(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    return {key: without_defaults(value) for key, value in node.items() if key != "default"}
+
+
 def apply_defaults(schema: Schema, value: Any) -> Any:
     """What the API server stores for `value`: defaults of absent fields, level by level.
 

@@ -11,10 +11,17 @@ import re
 from enum import StrEnum
 from typing import Annotated, Any, Literal, Self
 
-from pydantic import AfterValidator, ConfigDict, Field, WithJsonSchema, model_validator
+from pydantic import (
+    AfterValidator,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    WithJsonSchema,
+    model_validator,
+)
 
 from stabletrain_agent.checkpoint.retention import MAX_SPIKE_MARKERS, MIN_KEEP
-from stabletrain_agent.contract.base import kubernetes_rules
+from stabletrain_agent.contract.base import as_written, kubernetes_rules
 from stabletrain_agent.contract.detection import DetectionConfig
 from stabletrain_agent.contract.directives import SkipRange
 from stabletrain_agent.contract.env import (
@@ -121,13 +128,34 @@ class RendezvousSpec(ApiModel):
     """How long the pods of an attempt may take to join before the attempt fails."""
 
 
+FIXED_WORLD_SIZE = (
+    "self == oldSelf",
+    "cannot change while the job exists: every checkpoint holds one part per node and per "
+    "rank, and the data order is split by rank, so no relaunch could restore them at another "
+    "size; create a new job (with new checkpoint directories) instead",
+    "",
+)
+"""CEL transition rule of the world size (workers.nodes, workers.processesPerNode)."""
+FIXED_TIER = (
+    "cannot change while the job exists: its checkpoints, the only rollback targets, are "
+    "there; create a new job to use another place"
+)
+"""Message of the transition rules of the checkpoint tiers' places."""
+
+
 class WorkersSpec(ApiModel):
     """The torchrun pods: one pod per node, `processesPerNode` ranks in each."""
 
-    nodes: int = Field(default=1, ge=1, le=10_000)
-    """Pods of the torchrun job, one per node (torchrun --nnodes)."""
-    processes_per_node: int = Field(default=1, ge=1, le=1024)
-    """Ranks in each pod (torchrun --nproc-per-node), typically one per GPU."""
+    nodes: int = Field(
+        default=1, ge=1, le=10_000, json_schema_extra=kubernetes_rules(FIXED_WORLD_SIZE)
+    )
+    """Pods of the torchrun job, one per node (torchrun --nnodes). Fixed once the job
+    exists."""
+    processes_per_node: int = Field(
+        default=1, ge=1, le=1024, json_schema_extra=kubernetes_rules(FIXED_WORLD_SIZE)
+    )
+    """Ranks in each pod (torchrun --nproc-per-node), typically one per GPU. Fixed once the
+    job exists."""
     template: dict[str, Any] = Field(json_schema_extra=POD_TEMPLATE)
     """A core/v1 PodTemplateSpec, passed through unchanged (unknown fields kept). The
     operator adds the torchrun command's environment, the tier volumes and the agent's env,
@@ -165,6 +193,18 @@ class LocalTierSpec(ApiModel):
                 NODE_DIRECTORY_MESSAGE,
                 ".hostPath",
             ),
+            (
+                "has(self.hostPath) == has(oldSelf.hostPath)"
+                " && (!has(self.hostPath) || self.hostPath == oldSelf.hostPath)",
+                f"hostPath {FIXED_TIER}",
+                ".hostPath",
+            ),
+            (
+                "has(self.volume) == has(oldSelf.volume)"
+                " && (!has(self.volume) || self.volume == oldSelf.volume)",
+                f"volume {FIXED_TIER}",
+                ".volume",
+            ),
         )
     )
 
@@ -173,11 +213,12 @@ class LocalTierSpec(ApiModel):
     /var/lib/stabletrain). The pods mount `<hostPath>/<namespace>/<job>` (a hostPath volume
     of type DirectoryOrCreate), so every job has a directory of its own; each pod keeps its
     copies under `node-<node rank>/` in it, so two pods of the job on one node never touch
-    each other's. Any other directory holds the job with InvalidSpec."""
+    each other's. Any other directory holds the job with InvalidSpec. Fixed once the job
+    exists."""
     volume: dict[str, Any] | None = Field(default=None, json_schema_extra=PRESERVE_UNKNOWN)
     """A core/v1 volume source instead, of a type the cluster allows (the operator's
     --local-volume-types, by default emptyDir, ephemeral and persistentVolumeClaim; never
-    hostPath)."""
+    hostPath). Fixed once the job exists."""
     retention: int = Field(default=DEFAULT_RETENTION, ge=MIN_KEEP, le=1000)
     """Regular checkpoints each pod keeps on its node (spike markers and the rollback target
     come on top); at least 2 so the rollback target survives a new save. While the newest
@@ -203,11 +244,22 @@ class LocalTierSpec(ApiModel):
 class PfsTierSpec(ApiModel):
     """Shared tier: a ReadWriteMany claim every pod mounts; survives nodes, slower."""
 
-    claim_name: str = Field(pattern=NAME_PATTERN.replace("{0,61}", "{0,251}"), max_length=253)
-    """PersistentVolumeClaim (ReadWriteMany) in the job's namespace holding the PFS tier."""
-    sub_path: str = Field(default="", max_length=4096, pattern=r"^([^/].*)?$")
+    claim_name: str = Field(
+        pattern=NAME_PATTERN.replace("{0,61}", "{0,251}"),
+        max_length=253,
+        json_schema_extra=kubernetes_rules(("self == oldSelf", f"claimName {FIXED_TIER}", "")),
+    )
+    """PersistentVolumeClaim (ReadWriteMany) in the job's namespace holding the PFS tier.
+    Fixed once the job exists."""
+    sub_path: str = Field(
+        default="",
+        max_length=4096,
+        pattern=r"^([^/].*)?$",
+        json_schema_extra=kubernetes_rules(("self == oldSelf", f"subPath {FIXED_TIER}", "")),
+    )
     """Directory inside the claim for this job (relative); empty means the claim's root.
-    Jobs sharing a claim need different directories: in one, their checkpoints collide."""
+    Jobs sharing a claim need different directories: in one, their checkpoints collide.
+    Fixed once the job exists."""
     retention: int = Field(default=DEFAULT_RETENTION, ge=MIN_KEEP, le=1000)
     """Regular checkpoints kept on the PFS (spike markers come on top); at least 2 so the
     rollback target survives a new save."""
@@ -586,7 +638,9 @@ class StableTrainingJobSpec(ApiModel):
     model_config = ConfigDict(
         json_schema_extra=kubernetes_rules(
             (
-                "self.recovery.rules.all(r, r.onSignals.all(s, !s.startsWith('custom:')"
+                "!has(self.recovery) || !has(self.recovery.rules) || !has(self.detection)"
+                " || !has(self.detection.custom)"
+                " || self.recovery.rules.all(r, r.onSignals.all(s, !s.startsWith('custom:')"
                 " || self.detection.custom.exists(c, 'custom:' + c.name == s))"
                 " && (!has(r.whileFiring) || r.whileFiring.all(s, !s.startsWith('custom:')"
                 " || self.detection.custom.exists(c, 'custom:' + c.name == s))))",
@@ -611,7 +665,9 @@ class StableTrainingJobSpec(ApiModel):
     scheduling: SchedulingSpec = Field(default_factory=SchedulingSpec)
 
     @model_validator(mode="after")
-    def _custom_signals_defined(self) -> Self:
+    def _custom_signals_defined(self, info: ValidationInfo) -> Self:
+        if as_written(info):
+            return self  # its policy's detection.custom may define them; the effective spec says
         defined = self.detection.custom_signal_names()
         for rule in self.recovery.rules:
             for signal in (*rule.on_signals, *rule.while_firing):

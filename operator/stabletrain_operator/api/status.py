@@ -30,6 +30,7 @@ from stabletrain_agent.contract.names import Action, AnomalyClass
 from stabletrain_agent.contract.trip_report import TripReport
 from stabletrain_operator.api.base import ApiModel
 from stabletrain_operator.api.constants import SKIPS_PER_ACTION, Phase
+from stabletrain_operator.api.policy_in_force import BuiltFrom, PolicyInForce, PolicyRollout
 from stabletrain_operator.api.policy_memory import PolicyMemory
 
 _log = logging.getLogger(__name__)
@@ -116,10 +117,16 @@ class FailureRecord(ApiModel):
     attempt: int = Field(ge=0)
     """The attempt that failed."""
     signature: str = Field(max_length=256)
-    """The error line the failure is compared by (e.g. `ModuleNotFoundError: No module
-    named 'x'`), else the pod's reason and exit code."""
+    """The failing rank's own last error line(s), which the failure is compared by (e.g.
+    `ModuleNotFoundError: No module named 'x'` or `train.py: error: unrecognized
+    arguments: --bad`; never torchrun's summary), else the signal that killed it, else the
+    pod's reason and exit code."""
+    exit_code: int | None = None
+    """The failing rank's own exit code as torchrun's summary reports it (negative: killed
+    by that signal), else the container's; torchrun itself exits 1 whatever the rank did."""
     message: str = Field(default="", max_length=FAILURE_MESSAGE_MAX)
-    """The failure's own words: the culprit's termination message or its log tail."""
+    """The failure's own words at length: the culprit's termination message or its log
+    tail (the conditions quote only the error line)."""
     nodes: tuple[str, ...] = Field(default=(), max_length=64)
     """Nodes of the failed pods."""
     before_first_step: bool = False
@@ -416,7 +423,11 @@ class StableTrainingJobStatus(ApiModel):
     """What the operator knows, written once per reconcile."""
 
     observed_generation: int | None = Field(default=None, ge=0)
-    """metadata.generation of the spec the operator last acted on."""
+    """metadata.generation of the spec in force: the running pods apply its detection,
+    trip list and checkpoint settings and the operator decides by its policy
+    (status.policy.specGeneration). While an edit is on its way to the pods, or refused by a
+    StableTrainingPolicy limit, it stays at the generation before and the SpecApplied
+    condition says why."""
     phase: Phase = Phase.PENDING
     conditions: tuple[Condition, ...] = Field(
         default=(),
@@ -483,6 +494,13 @@ class StableTrainingJobStatus(ApiModel):
     each decision so an operator restart forgets no cooldown or alert episode; the budgets
     used are counters.rollbacks and counters.restarts. Null, or empty, on a job created
     before it was kept: the operator rebuilds it from counters and rollbackHistory."""
+    policy: PolicyInForce | None = None
+    """The effective policy in force, with where each value came from (the job, a
+    StableTrainingPolicy, else the built-in default)."""
+    policy_rollout: PolicyRollout | None = None
+    """An edit sent to the running pods and not yet applied by every one of them."""
+    built_from: BuiltFrom | None = None
+    """The spec generation the current attempt's pods were built from (spec.workers)."""
 
     @field_validator("policy_ledger", mode="wrap")
     @classmethod

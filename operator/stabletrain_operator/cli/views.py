@@ -58,7 +58,7 @@ def jobs_table(jobs: list[dict[str, Any]], *, now: datetime, with_namespace: boo
 
 def job_details(job: dict[str, Any], *, now: datetime) -> str:
     status = job_status(job)
-    budgets = _recovery(job).budgets
+    budgets = (status.policy.recovery if status.policy is not None else _recovery(job)).budgets
     spec = job.get("spec") or {}
     phase = status.phase.value + _suspend_note(bool(spec.get("suspend")), status.phase)
     lines = [
@@ -86,10 +86,26 @@ def job_details(job: dict[str, Any], *, now: datetime) -> str:
         lines.append(f"Pending:      manual rollback {manual['requestId']}")
     if status.last_failure is not None:
         failure = status.last_failure
-        lines.append(f"Last failure: attempt {failure.attempt}: {failure.signature}")
+        code = f" (exit code {failure.exit_code})" if failure.exit_code is not None else ""
+        lines.append(f"Last failure: attempt {failure.attempt}{code}: {failure.signature}")
+    lines += ["", "Policy in force:", _indent(policy_sources(status))]
     lines += ["", "Checkpoints:", _indent(checkpoints_table(status.checkpoints))]
     lines += ["", "Suspect nodes:", _indent(suspects_table(status, now=now))]
     lines += ["", "Conditions:", _indent(conditions_table(status, now=now))]
+    return "\n".join(lines)
+
+
+def policy_sources(status: StableTrainingJobStatus) -> str:
+    """Which spec generation's policy the pods run, and where each value came from."""
+    policy = status.policy
+    if policy is None:
+        return "(none yet)"
+    lines = [
+        f"spec generation {policy.spec_generation}, directives generation "
+        f"{policy.directives_generation}; policies: {', '.join(policy.policies) or 'none'}"
+    ]
+    lines += [f"{source.source}: {', '.join(source.fields)}" for source in policy.sources]
+    lines.append("every other field: its built-in default (docs/api.md)")
     return "\n".join(lines)
 
 

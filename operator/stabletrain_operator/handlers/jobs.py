@@ -121,6 +121,7 @@ async def _reconcile(
                 workloads=workloads,
                 votes=memo.get("node_votes"),
                 tenancy=memo.get("tenancy"),
+                catalog=memo.get("policies"),
             )
             failures = 0
         except StaleStatusError:

@@ -29,15 +29,13 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from stabletrain_operator.api.status import FailureRecord, Suspect
+from stabletrain_operator.observe.failure_cause import failure_cause
 from stabletrain_operator.observe.pods import PodFacts, PodState
 from stabletrain_operator.observe.stall import StallVerdict
 
 NODE_REASONS = frozenset({"OOMKilled", "Evicted", "NodeLost", "Vanished", "Preempted"})
 """Pod or container reasons that point at the node (or its resources) by themselves."""
 _WORKER_EXIT = re.compile(r"exitcode\s*:\s*(-?\d+)")
-_TORCHRUN_WRAPPER = "ChildFailedError"
-"""torchrun's own summary of any worker failure: says nothing about the cause."""
-_ERROR_LINE = re.compile(r"^\s*([A-Za-z_][\w.]*(Error|Exception|Interrupt)\b.*)$")
 PEERS_AWAITED = timedelta(seconds=5)
 """How long pods that only exited with an error wait for the attempt's pods still running
 before the failure is attributed. The victims of a killed rank fail on the broken
@@ -131,13 +129,12 @@ def _suspect(pod: PodFacts, reason: str, certain: bool, *, node_lost: bool = Fal
 
 
 def failure_signature(pod: PodFacts) -> str:
-    """What two failures are compared by: the last error line of the pod's own words (a
-    Python exception such as `ModuleNotFoundError: No module named 'x'`, torchrun's wrapper
-    left out), else the signal that killed it, else its reason and exit code."""
-    for line in reversed(pod.message.splitlines()):
-        match = _ERROR_LINE.match(line)
-        if match and _TORCHRUN_WRAPPER not in line:
-            return match.group(1).strip()[:256]
+    """What two failures are compared by: the failing rank's own last error line(s)
+    (observe/failure_cause.py: an exception or an `error:` line, never torchrun's summary),
+    else the signal that killed it, else its reason and exit code."""
+    cause = failure_cause(pod.message)
+    if cause.lines:
+        return " / ".join(cause.lines)[:256]
     signal = worker_signal(pod)
     if signal is not None:
         return f"killed by signal {signal}"
@@ -152,12 +149,16 @@ def failure_record(
     progressed: bool,
     step: int | None = None,
 ) -> FailureRecord:
-    """How this attempt ended, from its culprit's own words."""
+    """How this attempt ended, from its culprit's own words: the error line(s) and the exit
+    code of its failing rank (torchrun's own exit code is 1 whatever the rank's was), with
+    the longer tail kept in `message`."""
     culprit_ranks = {s.rank for s in suspects}
     lead = next((p for p in failed if p.rank in culprit_ranks), failed[0])
+    cause = failure_cause(lead.message)
     return FailureRecord(
         attempt=attempt,
         signature=failure_signature(lead),
+        exit_code=cause.exit_code if cause.exit_code is not None else lead.exit_code,
         message=lead.message[-2048:],
         nodes=tuple(sorted({p.node for p in failed if p.node}))[:64],
         before_first_step=not progressed,

@@ -20,6 +20,7 @@ from stabletrain_agent.contract.completion import Completion, parse_completion
 from stabletrain_agent.contract.restore import parse_restore_failure
 from stabletrain_agent.contract.trip_report import TripReport, parse_termination_message
 from stabletrain_operator import naming
+from stabletrain_operator.observe.failure_cause import failure_cause
 
 _log = logging.getLogger(__name__)
 
@@ -239,5 +240,9 @@ def failure_evidence(pod: PodFacts) -> str:
         return f"pod {pod.name} on node {pod.node} was deleted before it finished{silent}"
     what = pod.reason or "Error"
     code = f" with exit code {pod.exit_code}" if pod.exit_code is not None else ""
-    detail = f": {pod.message[:200]}" if pod.message and pod.trip is None else ""
-    return f"pod {pod.name} on node {pod.node} ended {what}{code}{detail}"
+    if pod.trip is not None or not pod.message:
+        return f"pod {pod.name} on node {pod.node} ended {what}{code}"
+    cause = failure_cause(pod.message)
+    if cause.lines or cause.exit_code is not None:
+        return f"pod {pod.name} on node {pod.node} ended {what}: {cause.describe()}"
+    return f"pod {pod.name} on node {pod.node} ended {what}{code}: {pod.message[:200]}"

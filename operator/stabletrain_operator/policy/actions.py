@@ -226,25 +226,6 @@ def fail_by_rule(matched: Matched) -> Decision:
     )
 
 
-def restart_after_live_trip(
-    recovery: RecoverySpec, rule: RecoveryRule, observation: Observation, ledger: PolicyLedger
-) -> Decision:
-    """The first matching rule only alerts or lowers the LR, yet the agent stopped (another,
-    more specific rule stops on this signal, so the agent trips on it). A live action
-    cannot reach stopped pods; the run restarts from its latest checkpoint instead."""
-    restarted = restart(recovery, rule.name, observation, ledger)
-    if restarted.action is Action.FAIL:
-        return restarted
-    return replace(
-        restarted,
-        message=(
-            f"rule {rule.name} ({rule.action.value}) matched {describe(observation)}, but the "
-            "agent had already stopped training; restarting from the latest checkpoint with "
-            "LR and data unchanged"
-        ),
-    )
-
-
 def reduce_lr(matched: Matched) -> Decision | Deferral:
     """The LR scale lowered live, once per rule cooldown; at its floor, an Alert instead."""
     deferred = _cooling_down(matched)

@@ -6,7 +6,9 @@ failed before any completed a step, or when its failure ends with the same error
 attempt before it without getting further (two SIGKILLs hours of training apart are two
 incidents, not a loop: the restart budget bounds those). The policy (recovery.crashLoop)
 then fails the job or backs off hard, and the message carries the failure's own words and
-whose fault it looks like.
+whose fault it looks like. The words are the failing rank's own error line and exit code
+(observe/failure_cause.py), never torchrun's summary: that is what `kubectl describe`
+shows first; status.lastFailure.message keeps the longer tail.
 """
 
 from __future__ import annotations
@@ -16,9 +18,6 @@ from dataclasses import dataclass
 from stabletrain_operator.api.spec import CrashLoopAction, CrashLoopSpec
 from stabletrain_operator.api.status import FailureRecord
 from stabletrain_operator.observe.culprit import failure_side
-
-WORDS_MAX = 600
-"""The failure's words quoted in a condition message or an Event."""
 
 
 @dataclass(frozen=True)
@@ -51,16 +50,13 @@ def crash_loop(
         else f"every rank of attempt {current.attempt} failed before its first step"
     )
     side = failure_side(current, previous if repeated else None)
-    words = _words(current)
     fail = spec.action is CrashLoopAction.FAIL
     then = (
         "retrying cannot help, the job fails"
         if fail
         else f"the next relaunch waits {spec.backoff_seconds} s"
     )
-    message = (
-        f"crash loop: {why} ({current.signature}); looks like {side}; {then}. Last words: {words}"
-    )
+    message = f"crash loop: {why}: {_words(current)}; looks like {side}; {then}"
     return CrashLoop(spec.action, message, None if fail else spec.backoff_seconds)
 
 
@@ -72,10 +68,10 @@ def _got_further(current: FailureRecord, previous: FailureRecord) -> bool:
 
 
 def _words(failure: FailureRecord) -> str:
-    """The failure's own words: the log up to its error line (the traceback that leads to
-    it, not torchrun's summary after it), bounded; the whole tail when no line matches."""
-    message = failure.message.rstrip()
-    at = message.rfind(failure.signature)
-    if at >= 0:
-        message = message[: at + len(failure.signature)]
-    return message[-WORDS_MAX:].strip() or failure.signature
+    """The failing rank's exit code and its own error line, e.g. `the failing rank exited
+    with code 2: train.py: error: unrecognized arguments: --bad`."""
+    code, words = failure.exit_code, failure.signature
+    if code is None or words.startswith("killed by signal") or "exit code" in words:
+        return words
+    how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+    return f"the failing rank {how}: {words}"

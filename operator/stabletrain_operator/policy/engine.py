@@ -19,7 +19,7 @@ from stabletrain_agent.contract.names import (
     Signal,
 )
 from stabletrain_operator.api.constants import Reason
-from stabletrain_operator.api.spec import RecoverySpec
+from stabletrain_operator.api.spec import RecoveryRule, RecoverySpec
 from stabletrain_operator.policy.action_kind import Matched, StatusCounter
 from stabletrain_operator.policy.action_registry import kind_of
 from stabletrain_operator.policy.actions import (
@@ -27,7 +27,6 @@ from stabletrain_operator.policy.actions import (
     describe,
     manual_rollback,
     restart,
-    restart_after_live_trip,
 )
 from stabletrain_operator.policy.decision import (
     DEFAULT_INFRASTRUCTURE_RULE,
@@ -174,8 +173,58 @@ def _decide_one(
             "the fading end of the episode already handled",
         )
     if not kind.stops_the_run and observation.tripped:
-        return restart_after_live_trip(recovery, rule, observation, ledger)
+        return _decided_by_tripping_rule(
+            recovery, rule, observation, ledger, now=now, lr_scale=lr_scale
+        )
     return kind.decide(Matched(recovery, rule, observation, ledger, now, lr_scale))
+
+
+def _decided_by_tripping_rule(
+    recovery: RecoverySpec,
+    matched_first: RecoveryRule,
+    observation: Observation,
+    ledger: PolicyLedger,
+    *,
+    now: datetime,
+    lr_scale: float,
+) -> Decision | Deferral:
+    """The agent stopped on a signal whose first matching rule only alerts or lowers the LR
+    (a rule with onClasses or whileFiring matched first, and a stopping rule further down
+    names the same signal, which is why the agent trips on it). A live action cannot reach
+    stopped pods, and restarting from the latest checkpoint would resume next to the onset
+    and run into the same data; the stopping rule the agent tripped for decides, as if it
+    had matched: a Rollback goes back before the onset and skips the suspect data."""
+    tripping = next(
+        (
+            rule
+            for rule in recovery.rules
+            if kind_of(rule.action).stops_the_run and observation.signal in rule.on_signals
+        ),
+        None,
+    )
+    if tripping is None:
+        return decision_for(
+            Action.FAIL,
+            UNMATCHED_TRIP_RULE,
+            Reason.NO_MATCHING_RULE,
+            f"the agent stopped training on {describe(observation)}, but no stopping rule of "
+            f"the policy in force names it (rule {matched_first.name} only "
+            f"{matched_first.action.value}s); add a stopping rule for it, then resume the job",
+            observation,
+        )
+    outcome = kind_of(tripping.action).decide(
+        Matched(recovery, tripping, observation, ledger, now, lr_scale)
+    )
+    if isinstance(outcome, Deferral):
+        return outcome
+    return replace(
+        outcome,
+        message=(
+            f"rule {matched_first.name} ({matched_first.action.value}) matched "
+            f"{describe(observation)} first, but the agent had already stopped training for "
+            f"rule {tripping.name}, which decides: {outcome.message}"
+        )[:1024],
+    )
 
 
 def _unmatched(

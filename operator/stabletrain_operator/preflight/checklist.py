@@ -17,8 +17,14 @@ from typing import Any
 from stabletrain_agent.checkpoint.retention import MIN_KEEP, local_copies
 from stabletrain_agent.contract.preflight import Precision, PreflightFacts, TierFacts
 from stabletrain_operator.api.quantity import quantity_bytes
-from stabletrain_operator.api.spec import StableTrainingJobSpec
+from stabletrain_operator.api.spec import (
+    CheckpointSelection,
+    NoCheckpointDecision,
+    RecoveryRule,
+    StableTrainingJobSpec,
+)
 from stabletrain_operator.policy.action_registry import kind_of
+from stabletrain_operator.policy.arithmetic import widening
 
 FP16_SMALLEST_SUBNORMAL = 2.0**-24
 """About 5.96e-8: any smaller epsilon rounds to 0 in IEEE binary16."""
@@ -320,6 +326,110 @@ def memory_tier_size(facts: PreflightFacts, spec: StableTrainingJobSpec) -> Find
     )
 
 
+@dataclass(frozen=True)
+class _Depth:
+    """How far back a Rollback rule may need a checkpoint, at its deepest escalation."""
+
+    rule: RecoveryRule
+    """The first of the Rollback rules that go back furthest (its noCheckpointFarEnough
+    says what a rollback falls back to)."""
+    names: tuple[str, ...]
+    """Every Rollback rule that goes back that far."""
+    interval: int
+
+    def steps(self, level: int) -> int:
+        """Steps of history a rollback at escalation `level` needs on a tier: the target at
+        least minStepsBeforeOnset x 2^level before the onset, and the newest checkpoint at
+        or before that bound up to one interval older."""
+        return self.distance(level) + self.interval
+
+    def distance(self, level: int) -> int:
+        """minStepsBeforeOnset x 2^level: where the target bound lies before the onset."""
+        return self.rule.rollback_params().min_steps_before_onset * widening(level)
+
+
+def _deepest_rollback(spec: StableTrainingJobSpec, interval: int) -> _Depth | None:
+    """The Rollback rule that may reach furthest back (at escalation.maxRecurrences)."""
+    rules = [r for r in spec.recovery.rules if kind_of(r.action).goes_before_onset]
+    if not rules:
+        return None
+    deepest = max(r.rollback_params().min_steps_before_onset for r in rules)
+    named = [r for r in rules if r.rollback_params().min_steps_before_onset == deepest]
+    return _Depth(named[0], tuple(r.name for r in named), interval)
+
+
+def _regular_kept(name: str, facts: PreflightFacts, spec: StableTrainingJobSpec) -> int:
+    """Regular (resumable) checkpoints the agent keeps on a tier: its retention, fewer on the
+    local tier when its size limit drops copies (markers go first, then the oldest)."""
+    checkpoints = spec.checkpoints
+    if name == "pfs":
+        return checkpoints.pfs.retention
+    return min(checkpoints.local.retention, _kept_on("local", facts, spec))
+
+
+def _fallback(rule: RecoveryRule) -> str:
+    """What a rollback that finds nothing far enough back resumes from (its rule's
+    noCheckpointFarEnough), for the finding's message."""
+    when_none = rule.rollback_params().no_checkpoint_far_enough
+    if when_none is NoCheckpointDecision.FROM_SCRATCH:
+        return "step 0 with nothing restored (noCheckpointFarEnough: FromScratch)"
+    if when_none is NoCheckpointDecision.FAIL:
+        return "nothing: the job fails with NoUsableCheckpoint (noCheckpointFarEnough: Fail)"
+    return (
+        "the newest checkpoint before the onset, as little as one interval before it, or "
+        "an older one still kept such as an earlier rollback's target "
+        "(noCheckpointFarEnough: NarrowMargin)"
+    )
+
+
+def _retention_depth(name: str) -> Check:
+    def check(facts: PreflightFacts, spec: StableTrainingJobSpec) -> Finding | None:
+        interval = _checkpoint_interval(facts, spec)
+        depth = _deepest_rollback(spec, interval)
+        if depth is None:
+            return None
+        kept = _regular_kept(name, facts, spec)
+        span = kept * interval
+        top = spec.recovery.escalation.max_recurrences
+        short = [level for level in range(top + 1) if depth.steps(level) > span]
+        if not short:
+            return None
+        first = short[0]
+        needs = ", ".join(f"level {level}: {depth.steps(level)}" for level in short)
+        pfs_holds = _regular_kept("pfs", facts, spec) * interval >= depth.steps(first)
+        if name == "local" and spec.checkpoints.selection is CheckpointSelection.BOTH_TIERS:
+            fallback = (
+                "the PFS copy of the target, which every node re-seeds from"
+                if pfs_holds
+                else _fallback(depth.rule)
+            )
+        elif name == "local":
+            return None  # PfsVerified: a PFS copy is a target as it is
+        else:
+            fallback = _fallback(depth.rule)
+        return Finding(
+            "retention-below-rollback-depth",
+            Severity.WARNING,
+            f"the {name} tier keeps {kept} checkpoints {interval} steps apart ({span} steps), "
+            f"but the rollback of {'rules' if len(depth.names) > 1 else 'rule'} "
+            f"{', '.join(depth.names)} at escalation level {first} needs one "
+            f"{depth.distance(first)} steps before the onset (minStepsBeforeOnset "
+            f"{depth.distance(0)} doubled per level, up to "
+            f"escalation.maxRecurrences {top}) plus an interval: {needs} steps; such a "
+            f"rollback falls back to {fallback}",
+            f"keep at least {_ceil_div(depth.steps(top), interval)} checkpoints on the {name} "
+            f"tier (checkpoints.{name}.retention), or lower escalation.maxRecurrences or "
+            "rollback.minStepsBeforeOnset",
+        )
+
+    check.__name__ = f"{name}_retention_depth"
+    return check
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
 def no_data_skipping(facts: PreflightFacts, _: StableTrainingJobSpec) -> Finding | None:
     if facts.data_shards is not None:
         return None
@@ -344,6 +454,8 @@ CHECKS: tuple[Check, ...] = (
     local_size_limit,
     local_retention_capped,
     memory_tier_size,
+    _retention_depth("local"),
+    _retention_depth("pfs"),
     no_data_skipping,
 )
 

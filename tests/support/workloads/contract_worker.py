@@ -136,7 +136,7 @@ def main() -> int:
     exporter = AgentExporter.from_env(source)
     if exporter is not None:
         exporter.start()
-    monitor = SignalMonitor(directives.detection, directives.trip_on)
+    monitor = SignalMonitor(directives.detection, directives.trip_on, directives.trip_rules)
     log_dir = pfs / "log"
     log_dir.mkdir(parents=True, exist_ok=True)
     log = (log_dir / f"attempt-{attempt}-rank-{rank}.jsonl").open("a", encoding="utf-8")
@@ -153,7 +153,7 @@ def main() -> int:
         for step in range(start + 1, steps + 1):
             latest = source.latest() or applied
             if latest.generation != applied.generation:
-                monitor.reconfigure(latest.detection, latest.trip_on)
+                monitor.reconfigure(latest.detection, latest.trip_on, latest.trip_rules)
                 applied = latest
             faulty = attempt == fault_attempt
             loss = 1.0 + 2.0 * math.exp(-step / 50.0) + 0.01 * math.sin(step)

@@ -19,6 +19,7 @@ from stabletrain_agent.checkpoint.manifest import read_manifest
 from stabletrain_agent.contract import env
 from stabletrain_operator import pods
 from stabletrain_operator.api.spec import StableTrainingJobSpec
+from stabletrain_operator.plan.sent_directives import attempt_directives
 
 
 def pod_environ(checkpoints: dict[str, Any], tmp_path: Path) -> dict[str, str]:
@@ -175,3 +176,36 @@ def measure_copy_bytes(root: Path) -> int:
         manager.close()
     ((_, _, path),) = iter_attempt_dirs(manager.config.local_dir)
     return sum(f.stat().st_size for f in path.iterdir())
+
+
+def test_an_edited_spec_s_settings_change_the_running_manager(tmp_path: Path) -> None:
+    """Started with the env of interval 3 and retention 2 (local) / 3 (PFS); the edited spec
+    (interval 5, retention 3 / 2) arrives in the live directives the operator builds from it:
+    the next saves are at multiples of 5 and each tier keeps its new count."""
+    environ = pod_environ(
+        {"intervalSteps": 3, "local": {"hostPath": "/n", "retention": 2},
+         "pfs": {"claimName": "p", "retention": 3}},
+        tmp_path,
+    )  # fmt: skip
+    config = CheckpointConfig.from_env(environ)
+    holder = Holder(reference(0))
+    manager = CheckpointManager(config, {"app": holder})
+    edited = StableTrainingJobSpec.model_validate(
+        {
+            "workers": {"template": {"spec": {"containers": [{"name": "t", "image": "x"}]}}},
+            "checkpoints": {"local": {"hostPath": "/n", "retention": 3},
+                            "pfs": {"claimName": "p", "retention": 2}, "intervalSteps": 5},
+        }
+    )  # fmt: skip
+    live = attempt_directives(edited, generation=2, attempt=0, resume_step=None, lr_scale=1.0,
+                              rewarmup_steps=0, skip=())  # fmt: skip
+    assert live.checkpoints is not None
+    try:
+        assert manager.restore() is None
+        assert run(manager, holder, range(1, 10), stable=True) == [3, 6, 9]
+        manager.apply_settings(live.checkpoints)
+        assert run(manager, holder, range(10, 26), stable=True) == [10, 15, 20, 25]
+    finally:
+        manager.close()
+    assert steps_on(config.local_dir) == [15, 20, 25]
+    assert steps_on(config.pfs_root) == [20, 25]

@@ -7,7 +7,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from stabletrain_operator.api.effects import FIELD_EFFECTS
+from stabletrain_operator.api.cluster_policy import StableTrainingPolicy
+from stabletrain_operator.api.effects import FIELD_EFFECTS, POLICY_FIELD_EFFECTS
 from stabletrain_operator.api.resource import StableTrainingJob
 from stabletrain_operator.api.schema import structural
 
@@ -31,9 +32,21 @@ def test_every_spec_field_has_a_row_and_every_row_a_field() -> None:
     assert [f for f in FIELD_EFFECTS if f not in fields] == [], "rows without a field"
 
 
+def test_every_policy_field_has_a_row_and_every_row_a_field() -> None:
+    """StableTrainingPolicy too; its defaults' nested fields are the job's own (above)."""
+    schema = structural(StableTrainingPolicy)
+    fields = [
+        f
+        for f in spec_paths(schema["properties"]["spec"], "spec")
+        if not f.startswith(("spec.defaults.detection.", "spec.defaults.recovery."))
+    ]
+    assert [f for f in fields if f not in POLICY_FIELD_EFFECTS] == [], "fields without a row"
+    assert [f for f in POLICY_FIELD_EFFECTS if f not in fields] == [], "rows without a field"
+
+
 def test_every_row_names_where_and_existing_tests() -> None:
     missing = []
-    for field, effect in FIELD_EFFECTS.items():
+    for field, effect in {**FIELD_EFFECTS, **POLICY_FIELD_EFFECTS}.items():
         assert effect.where, field
         assert effect.tests, field
         for test in effect.tests:

@@ -14,9 +14,11 @@ from stabletrain_operator.api.crdgen import (
     CHART_CRD_PATH,
     CRD_PATH,
     DOCS_PATH,
+    INHERITED,
     crd,
     main,
     openapi_schema,
+    policy_openapi_schema,
     stale_files,
 )
 from stabletrain_operator.api.docs import env_docs
@@ -71,11 +73,25 @@ def test_schema_follows_the_structural_rules() -> None:
 
 def test_parents_of_defaulted_fields_default_to_empty_objects() -> None:
     spec = openapi_schema()["properties"]["spec"]["properties"]
-    assert spec["detection"]["default"] == {}
-    assert spec["detection"]["properties"]["baseline"]["default"] == {}
-    assert spec["recovery"]["properties"]["budgets"]["default"] == {}
     assert spec["workers"]["properties"]["rendezvous"]["default"] == {}
-    assert spec["detection"]["properties"]["gradNormSpike"]["default"]["ratio"] == 4.0
+    assert spec["checkpoints"]["properties"]["local"]["properties"]["retention"]["default"] == 3
+    status = openapi_schema()["properties"]["status"]["properties"]
+    detection = status["policy"]["properties"]["detection"]["properties"]
+    assert detection["gradNormSpike"]["properties"]["ratio"]["default"] == 4.0
+
+
+def test_what_a_job_inherits_carries_no_default_so_what_it_leaves_out_stays_out() -> None:
+    """The API server stores only what the job sets in detection and recovery: the operator
+    fills the rest from the job's StableTrainingPolicy defaults, then the built-in ones."""
+    spec = openapi_schema()["properties"]["spec"]["properties"]
+    for name in INHERITED:
+        assert [path for path, node in nodes(spec[name], name) if "default" in node] == []
+    defaults = policy_openapi_schema()["properties"]["spec"]["properties"]["defaults"]
+    assert [path for path, node in nodes(defaults) if "default" in node] == []
+    documented = (REPO / DOCS_PATH).read_text()
+    assert "| `spec.recovery.budgets.maxRollbacks` | integer | `5` |" in documented, (
+        "the reference still shows the built-in default"
+    )
 
 
 def test_identity_columns_and_subresource() -> None:

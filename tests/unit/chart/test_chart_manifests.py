@@ -86,11 +86,36 @@ def test_every_rbac_rule_is_commented_with_its_reason(rendered: Rendered) -> Non
     assert uncommented == []
 
 
+POLICY_READS = [
+    {"apiGroups": ["stabletrain.dev"], "resources": ["stabletrainingpolicies"], "verbs": ["list"]},
+    {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get"]},
+]
+"""The platform policies' read, a ClusterRole of its own in every install."""
+
+
+def split_policy_reads(out: Rendered, kind: str) -> tuple[list[Manifest], list[Manifest]]:
+    """The `kind` objects apart from the platform policies' ones, and those."""
+    found = out.of_kind(kind)
+    reads = [o for o in found if o["metadata"]["name"].endswith("-policies")]
+    return [o for o in found if o not in reads], reads
+
+
+def test_every_install_reads_the_platform_policies_and_nothing_more_cluster_wide() -> None:
+    for values in ([], ["watchNamespaces={team-a}"]):
+        out = render(sets=values)
+        _, (role,) = split_policy_reads(out, "ClusterRole")
+        _, (binding,) = split_policy_reads(out, "ClusterRoleBinding")
+        assert role["rules"] == POLICY_READS
+        assert binding["roleRef"]["name"] == role["metadata"]["name"]
+        assert binding["subjects"][0]["name"] == out.one("ServiceAccount")["metadata"]["name"]
+
+
 def test_cluster_mode_is_one_cluster_role_bound_to_the_chart_service_account() -> None:
     out = render()
     assert out.of_kind("Role") == []
     assert out.of_kind("RoleBinding") == []
-    role, binding = out.one("ClusterRole"), out.one("ClusterRoleBinding")
+    (role,), _ = split_policy_reads(out, "ClusterRole")
+    (binding,), _ = split_policy_reads(out, "ClusterRoleBinding")
     account = out.one("ServiceAccount")["metadata"]
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     assert binding["subjects"] == [
@@ -106,10 +131,10 @@ def test_cluster_mode_is_one_cluster_role_bound_to_the_chart_service_account() -
     ]
 
 
-def test_namespaced_mode_has_no_cluster_wide_permission() -> None:
+def test_namespaced_mode_has_no_cluster_wide_permission_but_the_policies_read() -> None:
     out = render(sets=["watchNamespaces={team-a,team-b}"])
-    assert out.of_kind("ClusterRole") == []
-    assert out.of_kind("ClusterRoleBinding") == []
+    assert split_policy_reads(out, "ClusterRole")[0] == []
+    assert split_policy_reads(out, "ClusterRoleBinding")[0] == []
     assert sorted(r["metadata"]["namespace"] for r in out.of_kind("Role")) == ["team-a", "team-b"]
     for binding in out.of_kind("RoleBinding"):
         assert binding["subjects"][0]["namespace"] == "stabletrain-system"

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from stabletrain_operator.api.cluster_policy import POLICY_PLURAL
 from stabletrain_operator.api.constants import GROUP, PLURAL
 from stabletrain_operator.queue import workload as kueue
 from support.chart import render
@@ -38,6 +39,12 @@ NODE_PERMISSIONS_BY_INSTALL = {
 }
 """Cluster-scoped calls the operator makes only where the install allows them; each is
 checked against its values below instead of in every install."""
+CLUSTER_CALLS = {
+    "list_cluster_custom_object": (GROUP, POLICY_PLURAL, "list"),
+    "read_namespace": ("", "namespaces", "get"),
+}
+"""Cluster-scoped calls every install makes: the platform policies and the labels of the
+jobs' namespaces their selectors match (a ClusterRole of their own, namespaced installs too)."""
 VERB = {"read": "get", "replace": "update"}
 RESOURCES = {
     "pod": ("", "pods"),
@@ -78,6 +85,9 @@ def api_calls() -> set[Permission]:
         calls = {id(n.func): n for n in ast.walk(tree) if isinstance(n, ast.Call)}
         for node in ast.walk(tree):
             if not isinstance(node, ast.Attribute):
+                continue
+            if node.attr in CLUSTER_CALLS:
+                needed.add(CLUSTER_CALLS[node.attr])
                 continue
             node_call = NODE_CALL.match(node.attr)
             if node_call is not None:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from stabletrain_operator.api.constants import Phase
-from stabletrain_operator.api.spec import NAME_PATTERN
+from stabletrain_operator.api.spec import NAME_PATTERN, RecoverySpec
 from stabletrain_operator.cli.control import new_request_id, phase_is, wait_for
 from stabletrain_operator.cli.errors import CliError
 from stabletrain_operator.cli.main import main
@@ -175,3 +175,37 @@ def test_cluster_commands_without_the_kubernetes_client_say_what_to_install(
     err = capsys.readouterr().err
     assert "status needs the Kubernetes client (kubernetes is not installed)" in err
     assert "pip install 'stabletrain[operator]'" in err
+
+
+def test_details_show_the_policy_in_force_and_where_each_value_came_from() -> None:
+    """`stabletrain status` shows status.policy: budgets in force (inherited from a platform
+    policy), the generation the pods run and the sources."""
+    recovery = RecoverySpec.model_validate({"budgets": {"maxRollbacks": 2}})
+    policy = {
+        "specGeneration": 3,
+        "directivesGeneration": 5,
+        "policies": ["research"],
+        "sources": [
+            {"source": "Job", "fields": ["detection.lossSpike.ratio"]},
+            {
+                "source": "StableTrainingPolicy/research",
+                "fields": ["recovery.budgets.maxRollbacks"],
+            },
+        ],
+        "detection": {},
+        "recovery": recovery.model_dump(mode="json", by_alias=True),
+        "checkpoints": {"intervalSteps": 25, "keepLocal": 8, "keepPfs": 8, "spikeMarkers": 2},
+    }
+    failure = {"attempt": 0, "signature": "train.py: error: unrecognized arguments: --x",
+               "exitCode": 2}  # fmt: skip
+    shown = job_details(job("a", {"phase": "Running", "policy": policy,
+                                  "lastFailure": failure}), now=NOW)  # fmt: skip
+    assert "Rollbacks:    0 of 2\n" in shown, "the budget in force, not the built-in 5"
+    assert (
+        "Policy in force:\n"
+        "  spec generation 3, directives generation 5; policies: research\n"
+        "  Job: detection.lossSpike.ratio\n"
+        "  StableTrainingPolicy/research: recovery.budgets.maxRollbacks\n"
+        "  every other field: its built-in default (docs/api.md)\n"
+    ) in shown
+    assert "Last failure: attempt 0 (exit code 2): train.py: error: unrecognized" in shown

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from stabletrain_agent.contract.base import ContractError
+from stabletrain_agent.contract.checkpoint_settings import CheckpointSettings
 from stabletrain_agent.contract.detection import CustomSignalConfig, DetectionConfig, ThresholdKind
 from stabletrain_agent.contract.directives import (
     DEFAULT_TRIP_ON,
@@ -15,6 +16,7 @@ from stabletrain_agent.contract.directives import (
     SkipUnit,
     parse_directives,
 )
+from stabletrain_agent.contract.trip_rules import TripRule
 
 
 def rich_directives() -> Directives:
@@ -35,6 +37,13 @@ def rich_directives() -> Directives:
             custom=(CustomSignalConfig(name="val_loss", kind=ThresholdKind.ABOVE, threshold=3.2),)
         ),
         trip_on=("LossSpike", "NonFinite", "custom:val_loss"),
+        trip_rules=(
+            TripRule(on_signals=("custom:val_loss",), while_firing=("LossSpike",), stops=True),
+            TripRule(on_signals=("LossSpike", "NonFinite"), stops=False),
+        ),
+        checkpoints=CheckpointSettings(
+            interval_steps=25, keep_local=8, keep_pfs=8, spike_markers=2, local_size_limit_bytes=10
+        ),
     )
 
 
@@ -66,6 +75,9 @@ def test_minimal_directives_get_documented_defaults() -> None:
     assert directives.resume_step is None
     assert directives.trip_on == DEFAULT_TRIP_ON
     assert directives.detection == DetectionConfig()
+    assert (directives.trip_rules, directives.checkpoints) == (None, None), (
+        "an operator before these fields: trip_on trips, the pod's env keeps the settings"
+    )
 
 
 @pytest.mark.parametrize(
@@ -82,6 +94,23 @@ def test_minimal_directives_get_documented_defaults() -> None:
         (
             {"generation": 1, "attempt": 0, "detection": {"lossSpike": {"ratio": 0.9}}},
             "detection.lossSpike.ratio",
+        ),
+        (
+            {
+                "generation": 1,
+                "attempt": 0,
+                "checkpoints": {
+                    "intervalSteps": 5,
+                    "keepLocal": 1,
+                    "keepPfs": 3,
+                    "spikeMarkers": 0,
+                },
+            },
+            "checkpoints.keepLocal",
+        ),
+        (
+            {"generation": 1, "attempt": 0, "tripRules": [{"onSignals": [], "stops": True}]},
+            "tripRules.0.onSignals",
         ),
     ],
 )

@@ -20,7 +20,9 @@ def budget(namespace: str, job: str, kind: str) -> float | None:
 def test_a_step_sets_what_remains_of_both_budgets_and_deletion_drops_them() -> None:
     key = JobKey("team-a", "gpt-budget")
     ledger = PolicyLedger(rollbacks_used=1, restarts_used=3)
-    _record_metrics(key, spec(), Transition(status=StableTrainingJobStatus(), ledger=ledger))
+    _record_metrics(
+        key, spec().recovery, Transition(status=StableTrainingJobStatus(), ledger=ledger)
+    )
 
     assert budget("team-a", "gpt-budget", "rollback") == 1.0  # maxRollbacks 2, one used
     assert budget("team-a", "gpt-budget", "restart") == 0.0  # maxRestarts 2, over-used: 0

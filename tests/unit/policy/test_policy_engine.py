@@ -254,9 +254,9 @@ REWARD_HACKING = RecoverySpec(
 
 
 def test_compound_condition_needs_every_while_firing_signal() -> None:
-    alone = run([trip("custom:entropy_low")], recovery=REWARD_HACKING)
+    alone = run([scraped("custom:entropy_low")], recovery=REWARD_HACKING)
     assert alone is not None
-    assert alone.rule == "entropy"
+    assert (alone.rule, alone.action) == ("entropy", Action.ALERT)
     with_trip_report_firing = run(
         [trip("custom:entropy_low", firing_with=("custom:reward_jump",))], recovery=REWARD_HACKING
     )
@@ -270,11 +270,29 @@ def test_compound_condition_needs_every_while_firing_signal() -> None:
     assert with_scrape.rule == "reward-hacking"
 
 
-def test_a_trip_whose_first_match_only_alerts_restarts_the_stopped_run() -> None:
+def test_a_trip_whose_first_match_only_alerts_is_decided_by_the_rule_it_tripped_for() -> None:
+    """Never a restart from the latest checkpoint next to the onset: the stopping rule that
+    made the agent trip on the signal decides, and says which rule matched first."""
     decision = run([trip("custom:entropy_low")], recovery=REWARD_HACKING)
     assert decision is not None
-    assert decision.action is Action.RESTART_FROM_LATEST
-    assert "already stopped" in decision.message
+    assert (decision.action, decision.rule) == (Action.ROLLBACK, "reward-hacking")
+    assert decision.lr_scale == pytest.approx(0.25)
+    assert decision.target_step_at_most is not None
+    assert decision.target_step_at_most <= (decision.onset_step or 0) - 100
+    assert decision.message.startswith("rule entropy (Alert) matched custom:entropy_low"), (
+        decision.message
+    )
+    assert "had already stopped training for rule reward-hacking, which decides" in (
+        decision.message
+    )
+    only_alerts = RecoverySpec(
+        rules=(RecoveryRule(name="entropy", on_signals=("custom:entropy_low",),
+                            action=Action.ALERT),)
+    )  # fmt: skip
+    stale = run([trip("custom:entropy_low")], recovery=only_alerts)
+    assert stale is not None
+    assert (stale.action, stale.reason) == (Action.FAIL, Reason.NO_MATCHING_RULE.value)
+    assert "no stopping rule of the policy in force names it" in stale.message
 
 
 def test_a_trip_no_rule_matches_fails_with_no_matching_rule() -> None:

@@ -153,7 +153,8 @@ def test_checkpoint_interval_against_the_lost_work_budget() -> None:
     assert "save at least every 150 steps" in line
     assert evaluate(clean_facts(), job_spec(preflight={"maxLostSteps": 300})) == ()
     declared = clean_facts(checkpoint_interval_steps=100)
-    assert evaluate(declared, over) == (), "the script's own interval wins over the spec's"
+    checked = [f.check for f in evaluate(declared, over)]
+    assert "checkpoint-interval-over-budget" not in checked, "the script's interval wins"
     restart_only = job_spec(
         preflight={"maxLostSteps": 150},
         recovery={"rules": [{"name": "r", "onSignals": ["WorkerFailure"],
@@ -253,3 +254,67 @@ def test_no_memory_tier_or_no_limit_means_no_memory_finding() -> None:
     assert memory_findings(facts, with_memory_limit("2Gi", memory={"intervalSteps": 0})) == []
     assert memory_findings(facts, with_memory_limit(None)) == []
     assert memory_findings(facts, with_memory_limit("lots")) == []
+
+
+def test_retention_that_cannot_hold_an_escalated_rollback_warns_per_tier() -> None:
+    """The issue's case: checkpoints every 25 steps, 8 kept on each tier (200 steps), the
+    default rollback 100 steps before the onset doubled per recurrence up to 2: level 1
+    needs 200 + 25 = 225 steps, level 2 425. Seen live: the second rollback (onset 529)
+    found nothing kept between step 25 and 350 and resumed from 25, discarding 500 steps."""
+    spec = job_spec(
+        checkpoints={
+            "local": {"hostPath": "/nvme", "retention": 8},
+            "pfs": {"claimName": "pfs", "retention": 8},
+            "intervalSteps": 25,
+            "spikeMarkers": 2,
+        }
+    )
+    found = {f.message.split(" tier ")[0]: f for f in evaluate(clean_facts(), spec)}
+    assert set(found) == {"the local", "the pfs"}
+    pfs = found["the pfs"]
+    assert (pfs.check, pfs.severity) == ("retention-below-rollback-depth", Severity.WARNING)
+    assert pfs.message == (
+        "the pfs tier keeps 8 checkpoints 25 steps apart (200 steps), but the rollback of "
+        "rules non-finite, loss-spike at escalation level 1 needs one 200 steps before the onset "
+        "(minStepsBeforeOnset 100 doubled per level, up to escalation.maxRecurrences 2) plus "
+        "an interval: level 1: 225, level 2: 425 steps; such a rollback falls back to the "
+        "newest checkpoint before the onset, as little as one interval before it, or an older "
+        "one still kept such as an earlier rollback's target (noCheckpointFarEnough: "
+        "NarrowMargin)"
+    )
+    assert pfs.fix.startswith("keep at least 17 checkpoints on the pfs tier")
+    assert "falls back to the newest checkpoint before the onset" in found["the local"].message
+    # 17 kept on the PFS holds level 2 (425 steps); the local tier's 8 then fall back to it.
+    deep_pfs = job_spec(
+        checkpoints={
+            "local": {"hostPath": "/nvme", "retention": 8},
+            "pfs": {"claimName": "pfs", "retention": 17},
+            "intervalSteps": 25,
+        }
+    )
+    (local,) = evaluate(clean_facts(), deep_pfs)
+    assert "the local tier keeps 8" in local.message
+    assert local.message.endswith("falls back to the PFS copy of the target, which every node "
+                                  "re-seeds from")  # fmt: skip
+    pfs_verified = deep_pfs.model_copy(
+        update={"checkpoints": deep_pfs.checkpoints.model_copy(update={"selection": "PfsVerified"})}
+    )
+    assert evaluate(clean_facts(), pfs_verified) == (), "PfsVerified needs no local copy"
+    one_level = job_spec(
+        checkpoints=spec.checkpoints.model_dump(by_alias=True),
+        recovery={"escalation": {"maxRecurrences": 0},
+                  "rules": [{"name": "loss-spike", "onSignals": ["LossSpike"],
+                             "action": "Rollback",
+                             "rollback": {"noCheckpointFarEnough": "Fail"}}]},
+    )  # fmt: skip
+    assert evaluate(clean_facts(), one_level) == (), "level 0 needs 125 of the 200 steps"
+    deeper = job_spec(
+        checkpoints=spec.checkpoints.model_dump(by_alias=True),
+        recovery={"escalation": {"maxRecurrences": 1},
+                  "rules": [{"name": "loss-spike", "onSignals": ["LossSpike"],
+                             "action": "Rollback",
+                             "rollback": {"noCheckpointFarEnough": "Fail"}}]},
+    )  # fmt: skip
+    assert "falls back to nothing: the job fails with NoUsableCheckpoint" in (
+        evaluate(clean_facts(), deeper)[-1].message
+    )

@@ -18,6 +18,7 @@ from stabletrain_agent.contract.detection import (
 from stabletrain_agent.contract.directives import DEFAULT_TRIP_ON
 from stabletrain_agent.contract.names import AnomalyClass, Signal
 from stabletrain_agent.contract.trip_report import EVIDENCE_MAX
+from stabletrain_agent.contract.trip_rules import TripRule
 from stabletrain_agent.signals.monitor import SignalMonitor, StepObservation, Verdict
 
 LOSS = Signal.LOSS_SPIKE.value
@@ -432,3 +433,39 @@ def test_a_spike_right_after_the_warmup_trips_instead_of_becoming_the_baseline()
     (tripping,) = last.tripping
     assert tripping.signal == LOSS
     assert tripping.onset_step == warmup + 3 < warmup + seeds
+
+
+def test_trip_rules_stop_only_where_the_first_matching_rule_stops() -> None:
+    """Entropy low while reward rises rolls back (stops); entropy low alone only alerts: the
+    agent trips on the first and keeps training on the second, as the operator's first
+    match decides. A live edit of the rules changes it from the next step."""
+    config = DetectionConfig(
+        custom=(
+            CustomSignalConfig(name="entropy", kind=ThresholdKind.BELOW, threshold=1.0),
+            CustomSignalConfig(name="reward", kind=ThresholdKind.ABOVE, threshold=2.0),
+        )
+    )
+    rules = (
+        TripRule(on_signals=("custom:entropy",), while_firing=("custom:reward",), stops=True),
+        TripRule(on_signals=("custom:entropy",), stops=False),
+    )
+    monitor = SignalMonitor(config, trip_on=("custom:entropy",), trip_rules=rules)
+    alone = monitor.observe(_obs(201, 2.0, custom={"entropy": 0.5, "reward": 1.0}))
+    assert [f.signal for f in alone.findings] == ["custom:entropy"]
+    assert not alone.trip, "the first matching rule only alerts"
+    both = monitor.observe(_obs(202, 2.0, custom={"entropy": 0.5, "reward": 3.0}))
+    assert both.trip
+    assert [f.signal for f in both.tripping] == ["custom:entropy"]
+    only_trip_on = SignalMonitor(config, trip_on=("custom:entropy",))
+    assert only_trip_on.observe(_obs(201, 2.0, custom={"entropy": 0.5, "reward": 1.0})).trip, (
+        "without rules (an older operator) every signal in trip_on trips"
+    )
+    monitor.reconfigure(config, ("custom:entropy",), (TripRule(on_signals=("custom:entropy",),
+                                                               stops=False),))  # fmt: skip
+    assert not monitor.observe(_obs(203, 2.0, custom={"entropy": 0.5, "reward": 3.0})).trip
+    classes = (TripRule(on_signals=("custom:entropy",), on_classes=(AnomalyClass.BAD_BATCH,),
+                        stops=True),)  # fmt: skip
+    monitor.reconfigure(config, ("custom:entropy",), classes)
+    assert not monitor.observe(_obs(204, 2.0, custom={"entropy": 0.5})).trip, (
+        "a Divergence finding matches no rule naming only BadBatch"
+    )

@@ -27,6 +27,7 @@ restore prefers it, then the local tier, then the PFS, for the step it is asked 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import shutil
@@ -108,6 +109,7 @@ from stabletrain_agent.checkpoint.states import Stateful
 from stabletrain_agent.contract import env
 from stabletrain_agent.contract.channel import RejectedCopy
 from stabletrain_agent.contract.checkpoint_inventory import CheckpointRecord
+from stabletrain_agent.contract.checkpoint_settings import CheckpointSettings
 
 log = logging.getLogger(__name__)
 
@@ -443,6 +445,20 @@ class CheckpointManager:
             raise RuntimeError("call restore() before the first snapshot: it starts the attempt")
         self.memory.take(step, self._state(), stable=stable)
         return True
+
+    def apply_settings(self, settings: CheckpointSettings) -> None:
+        """Save and keep what an edited spec says from now on: the guard passes the settings
+        of the directives every rank adopts at the same step, so all ranks change their
+        save steps together; the next retention pass keeps the new counts. One reference is
+        swapped, so the background threads see the old config or the new, never a mix."""
+        self.config = dataclasses.replace(
+            self.config,
+            interval_steps=settings.interval_steps,
+            keep_local=settings.keep_local,
+            keep_pfs=settings.keep_pfs,
+            max_spike_markers=settings.spike_markers,
+            local_size_limit_bytes=settings.local_size_limit_bytes,
+        )
 
     def save(
         self,

@@ -13,8 +13,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo
 from pydantic.alias_generators import to_camel
+
+AS_WRITTEN = "as_written"
+"""Validation context key: an object as a person wrote it, before what it leaves out is
+filled in from elsewhere (a StableTrainingPolicy's defaults): a check across its fields
+waits for the merged object, which is validated in full."""
+
+
+def as_written(info: ValidationInfo) -> bool:
+    """Whether a validator runs on an object as written (see AS_WRITTEN)."""
+    return info.context is not None and bool(info.context.get(AS_WRITTEN))
 
 
 class ContractModel(BaseModel):

@@ -21,9 +21,9 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, ClassVar, Self
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, ValidationInfo, model_validator
 
-from stabletrain_agent.contract.base import ContractModel, kubernetes_rules
+from stabletrain_agent.contract.base import ContractModel, as_written, kubernetes_rules
 from stabletrain_agent.contract.names import (
     CUSTOM_NAME_PATTERN,
     AnomalyClass,
@@ -68,18 +68,11 @@ class BaselineConfig(ContractModel):
 
 
 class SpikeConfig(ContractModel):
-    """Upward spikes of one series against its baseline; either rule marks a step anomalous."""
+    """Upward spikes of one series against its baseline; either rule marks a step anomalous.
 
-    model_config = ConfigDict(
-        json_schema_extra=kubernetes_rules(
-            (
-                "(has(self.ratio) && type(self.ratio) == double)"
-                " || (has(self.zscore) && type(self.zscore) == double)",
-                "set ratio, zscore or both",
-                "",
-            )
-        )
-    )
+    "Neither rule" is refused by the operator on the effective detection (the job's values
+    over its StableTrainingPolicy defaults), not by the API server: CEL sees an explicit
+    null as an absent field, so it cannot tell a disabled rule from an inherited one."""
 
     ratio: PositiveRatio | None = 1.6
     """Anomalous when value / EMA baseline >= ratio; null disables the ratio rule."""
@@ -90,7 +83,9 @@ class SpikeConfig(ContractModel):
     """Anomalous steps in a row before the spike is sustained; only sustained spikes trip."""
 
     @model_validator(mode="after")
-    def _one_rule_at_least(self) -> Self:
+    def _one_rule_at_least(self, info: ValidationInfo) -> Self:
+        if as_written(info):
+            return self  # the other rule may be inherited; the effective one is checked
         if self.ratio is None and self.zscore is None:
             raise ValueError("set ratio, zscore or both: a spike rule with neither never fires")
         return self

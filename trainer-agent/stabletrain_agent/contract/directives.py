@@ -24,6 +24,7 @@ from stabletrain_agent.contract.base import (
     describe_errors,
     kubernetes_rules,
 )
+from stabletrain_agent.contract.checkpoint_settings import CheckpointSettings
 from stabletrain_agent.contract.detection import CUSTOM_SIGNALS_MAX, DetectionConfig
 from stabletrain_agent.contract.names import (
     AGENT_SIGNALS,
@@ -32,6 +33,7 @@ from stabletrain_agent.contract.names import (
     Signal,
     is_signal_name,
 )
+from stabletrain_agent.contract.trip_rules import TRIP_RULES_MAX, TripRule
 
 
 class SkipUnit(StrEnum):
@@ -132,6 +134,15 @@ class Directives(ContractModel):
     )
     """Sustained signals that stop training on every rank at once and leave a trip report.
     All other signals only report (metrics, status endpoint)."""
+    trip_rules: tuple[TripRule, ...] | None = Field(default=None, max_length=TRIP_RULES_MAX)
+    """The policy's rules in order, as far as the agent's signals go: a sustained finding
+    trips when the first of them that matches it (signal, class, every whileFiring signal
+    firing at that step) stops the run. Null: every signal in trip_on trips (an operator
+    before this field)."""
+    checkpoints: CheckpointSettings | None = None
+    """The spec's checkpoint interval and retentions, applied to the running checkpoint
+    manager when these are adopted; null keeps what the pod's env said (an operator from
+    before this field)."""
 
     @field_validator("trip_on")
     @classmethod

@@ -87,6 +87,10 @@ class TripReport(AgentReport):
     a rollback's skip range may be narrowed to (SkipRange.shardIds)."""
     suspect_shards_omitted: int = Field(default=0, ge=0)
     """Trailing suspect shards left out to fit 4 KiB; the lineage file lists them all."""
+    directives_generation: int | None = Field(default=None, ge=0)
+    """Generation of the directives the ranks ran when they tripped (their trip list):
+    the operator decides the trip by the policy of that generation, so an edit racing the
+    trip is not applied to a stop the old policy made. Null from an older agent."""
 
     @field_validator("signal")
     @classmethod

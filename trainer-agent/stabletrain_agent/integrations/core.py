@@ -31,6 +31,7 @@ from stabletrain_agent.checkpoint.states import RngState, Stateful
 from stabletrain_agent.contract import env
 from stabletrain_agent.contract.channel import RejectedCopy
 from stabletrain_agent.contract.checkpoint_inventory import CheckpointRecord
+from stabletrain_agent.contract.checkpoint_settings import CheckpointSettings
 from stabletrain_agent.directive_inbox import DirectiveSource
 from stabletrain_agent.guard import Guard, GuardEnv
 from stabletrain_agent.preflight import preflight_requested
@@ -108,6 +109,9 @@ class FrameworkCheckpoints:
 
     def is_save_step(self, step: int) -> bool:
         return self.manager.is_save_step(step)
+
+    def apply_settings(self, settings: CheckpointSettings) -> None:
+        self.manager.apply_settings(settings)
 
     def save(self, step: int, **marks: Any) -> None:
         raise RuntimeError(

@@ -11,12 +11,13 @@ list of them, turns their findings into a verdict and keeps the snapshot the exp
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from stabletrain_agent.contract.detection import DetectionConfig
 from stabletrain_agent.contract.names import AnomalyClass
+from stabletrain_agent.contract.trip_rules import TripRule, stops_on
 from stabletrain_agent.signals.custom import CustomSignals
 from stabletrain_agent.signals.finding import Finding
 from stabletrain_agent.signals.loss_and_grad_norm import LossAndGradNormSpikes
@@ -83,8 +84,14 @@ class SignalMonitor:
     verdicts on every rank and in the replay CLI.
     """
 
-    def __init__(self, config: DetectionConfig, trip_on: Collection[str]) -> None:
+    def __init__(
+        self,
+        config: DetectionConfig,
+        trip_on: Collection[str],
+        trip_rules: Sequence[TripRule] | None = None,
+    ) -> None:
         self._trip_on = frozenset(trip_on)
+        self._trip_rules = None if trip_rules is None else tuple(trip_rules)
         self._non_finite = NonFiniteValues(config)
         self._spikes = LossAndGradNormSpikes(config)
         self._throughput = ThroughputDrop(config)
@@ -110,10 +117,16 @@ class SignalMonitor:
         """Last step every judged signal found healthy; the trip report's pre-spike anchor."""
         return self._last_good_step
 
-    def reconfigure(self, config: DetectionConfig, trip_on: Collection[str]) -> None:
+    def reconfigure(
+        self,
+        config: DetectionConfig,
+        trip_on: Collection[str],
+        trip_rules: Sequence[TripRule] | None = None,
+    ) -> None:
         """Apply live threshold directives; learned baselines survive, as do streaks."""
         self._config = config
         self._trip_on = frozenset(trip_on)
+        self._trip_rules = None if trip_rules is None else tuple(trip_rules)
         for signal in self._signals:
             signal.retune(config)
 
@@ -123,7 +136,8 @@ class SignalMonitor:
             findings.extend(signal.observe(obs))
         if self._spikes.loss_judged and not findings:
             self._last_good_step = obs.step
-        tripping = tuple(f for f in findings if f.sustained and f.signal in self._trip_on)
+        firing = frozenset(f.signal for f in findings)
+        tripping = tuple(f for f in findings if f.sustained and self._trips(f, firing))
         self._snapshot = self._take_snapshot(obs, findings)
         return Verdict(
             step=obs.step,
@@ -132,6 +146,12 @@ class SignalMonitor:
             tripping=tripping,
             skip_update=self._non_finite.skip_update,
         )
+
+    def _trips(self, finding: Finding, firing: frozenset[str]) -> bool:
+        """The directives' rules decide (their first match stops the run), else trip_on."""
+        if self._trip_rules is None:
+            return finding.signal in self._trip_on
+        return stops_on(self._trip_rules, finding.signal, finding.anomaly_class, firing)
 
     def snapshot(self) -> MonitorSnapshot:
         return self._snapshot
@@ -177,7 +197,7 @@ class SignalMonitor:
             raise ValueError(
                 f"monitor state version {version!r} is not the supported {STATE_VERSION}"
             )
-        fresh = SignalMonitor(self._config, self._trip_on)
+        fresh = SignalMonitor(self._config, self._trip_on, self._trip_rules)
         try:
             for signal in fresh._signals:
                 signal.load(state)

@@ -43,6 +43,7 @@ from stabletrain_agent.trip_exit import build_trip_report
 from stabletrain_operator.cli.replay.history import MetricsHistory, MetricsRow
 from stabletrain_operator.cli.replay.policy_file import ReplayPolicy
 from stabletrain_operator.observe.stall import RankProgress, judge_stall
+from stabletrain_operator.plan.sent_directives import trip_rules
 from stabletrain_operator.policy import (
     Decision,
     Observation,
@@ -142,8 +143,9 @@ class _Run:
     def __init__(self, policy: ReplayPolicy, step_seconds: float) -> None:
         self._policy = policy
         self._trip_on = trip_signals(policy.recovery)
+        self._trip_rules = trip_rules(policy.recovery)
         self._step_seconds = step_seconds
-        self._monitor = SignalMonitor(policy.detection, self._trip_on)
+        self._monitor = SignalMonitor(policy.detection, self._trip_on, self._trip_rules)
         self._timeline: list[StepObservation] = []
         """What the current attempt's monitor has seen, inherited timeline included."""
         self._steps_since_start = 0
@@ -254,7 +256,7 @@ class _Run:
         """A new attempt resumed from a checkpoint before `first_step`: its monitor starts
         from the state the checkpoint holds, i.e. after the surviving timeline."""
         self._timeline = [o for o in self._timeline if o.step < first_step]
-        self._monitor = SignalMonitor(self._policy.detection, self._trip_on)
+        self._monitor = SignalMonitor(self._policy.detection, self._trip_on, self._trip_rules)
         for observation in self._timeline:
             self._monitor.observe(observation)
         self._steps_since_start = 0

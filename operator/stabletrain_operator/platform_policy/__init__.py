@@ -1,0 +1,1 @@
+"""Platform policies: StableTrainingPolicy defaults and limits applied to a job's spec."""
