@@ -48,6 +48,7 @@ from typing import Any
 
 from kubernetes import client, config, watch
 
+from stabletrain_agent.contract.supervisor import ProcessState
 from stabletrain_operator.api.constants import GROUP, PLURAL, VERSION
 from support.controlplane import ControlPlane, request_counts, running_control_plane
 from support.operator import create_claim, install_crd, job_manifest
@@ -270,7 +271,7 @@ def measure(args: argparse.Namespace, jobs: int) -> dict[str, Any]:
                 VERSION,
                 namespace,
                 PLURAL,
-                job_manifest(name, {}, nodes=PODS_PER_JOB),
+                job_manifest(name, {}, nodes=PODS_PER_JOB, recovery={"restart": args.restart}),
             )
         wait_for(
             f"{jobs} jobs Running", lambda: phases.count("Running") == jobs,
@@ -341,7 +342,11 @@ def measure_big_job(args: argparse.Namespace) -> dict[str, Any]:
         custom, namespace = cluster.custom, cluster.namespace
         simulator, operator, phases = cluster.simulator, cluster.operator, cluster.phases
         custom.create_namespaced_custom_object(
-            GROUP, VERSION, namespace, PLURAL, job_manifest("big", {}, nodes=size)
+            GROUP,
+            VERSION,
+            namespace,
+            PLURAL,
+            job_manifest("big", {}, nodes=size, recovery={"restart": args.restart}),
         )
         began = time.monotonic()
         wait_for("the big job to run", lambda: phases.phases.get("big") == "Running",
@@ -373,14 +378,19 @@ def recovery_times(
     """Seconds from the trip to each milestone, as the simulator and the job watch saw them."""
     seen: dict[str, float] = {}
     deadline = tripped_at + timeout
+    bound, deleted = simulator.counts.bound, simulator.counts.deleted
     while time.monotonic() < deadline and "relaunched" not in seen:
         now = time.monotonic()
         pods = list(simulator.running_pods())
-        if "stopped" not in seen and not any("-a0-" in p.name for p in pods):
+        old = [p for p in pods if p.attempt == 0]
+        if "stopped" not in seen and all(p.process is not ProcessState.RUNNING for p in old):
             seen["stopped"] = now - tripped_at
-        if "stopped" in seen and sum("-a1-" in p.name for p in pods) == size:
+        running = [p for p in pods if p.attempt == 1 and p.process is ProcessState.RUNNING]
+        if "stopped" in seen and len(running) == size:
             seen["relaunched"] = now - tripped_at
         time.sleep(0.05)
+    seen["pods created"] = simulator.counts.bound - bound
+    seen["pods deleted"] = simulator.counts.deleted - deleted
     for name, phase, at in list(phases.history):
         if name == "big" and at >= tripped_at:
             seen.setdefault(f"phase {phase}", at - tripped_at)
@@ -397,8 +407,9 @@ def print_big_job(row: dict[str, Any]) -> None:
         "trips:\n"
         f"  trip -> Stopping {at('phase Stopping')} | every pod stopped {at('stopped')} | "
         f"Planning {at('phase Planning')} | plan made (Relaunching) {at('phase Relaunching')} "
-        f"| all {row['nodes']} pods running again {at('relaunched')} | "
-        f"Confirming (rollback) {at('phase Confirming')}\n"
+        f"| every rank running the next attempt {at('relaunched')} | "
+        f"Confirming (rollback) {at('phase Confirming')}; pods created "
+        f"{row['pods created']:.0f}, deleted {row['pods deleted']:.0f}\n"
         f"  job object {row['object_bytes'] / 1024:.1f} KiB "
         f"(status {row['status_bytes'] / 1024:.1f} KiB); "
         f"trip report {row['trip_report_bytes']} bytes (the agent caps it at 4 KiB); "
@@ -528,6 +539,10 @@ def main() -> None:
     parser.add_argument("--start-timeout", type=float, default=300.0)
     parser.add_argument("--big-job", type=int, default=0, help="also one job of N nodes")
     parser.add_argument("--big-job-nodes", type=int, default=64, help="simulated Nodes for it")
+    parser.add_argument(
+        "--restart", default="InPlace", choices=("InPlace", "RecreatePods"),
+        help="spec.recovery.restart of every job",
+    )  # fmt: skip
     parser.add_argument(
         "--logs", type=Path, default=None, help="keep the operator's log of each size in DIR"
     )

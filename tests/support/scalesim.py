@@ -10,7 +10,11 @@ process: the answer is a valid AgentStatus of the pod's attempt, node and rank w
 and heartbeat advance with the clock, so the operator sees healthy, progressing training.
 
 ``trip`` makes one pod end as the agent does on a trip: Failed, its container terminated
-with the TripReport JSON as termination message, its status endpoint gone.
+with the TripReport JSON as termination message, its status endpoint gone. A pod the
+operator put under the supervisor (recovery.restart InPlace) is simulated with one: a trip
+ends only its "processes" (the pod stays Running and turns not Ready, the status endpoint
+answers the supervisor's report with the trip's message), and the supervisor's stop and
+start orders move it to the next attempt in place, as stabletrain_agent.supervisor does.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import ipaddress
 import itertools
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -36,6 +41,15 @@ from stabletrain_agent.contract.channel import (
     ThreadPlace,
 )
 from stabletrain_agent.contract.names import AnomalyClass
+from stabletrain_agent.contract.supervisor import (
+    START_HTTP_PATH,
+    STOP_HTTP_PATH,
+    OrderAck,
+    ProcessState,
+    SupervisorReport,
+    parse_start_order,
+    parse_stop_order,
+)
 from stabletrain_agent.contract.trip_report import TripReport
 from stabletrain_agent.http_server import REQUEST_TIMEOUT_SECONDS
 from stabletrain_operator import naming
@@ -66,6 +80,28 @@ class SimulatedPod:
     server: asyncio.Server | None = None
     connections: set[asyncio.StreamWriter] = field(default_factory=set)
     """Open keep-alive connections: closing the server alone would leave them answering."""
+    supervised: bool = False
+    process: ProcessState = ProcessState.RUNNING
+    """The state of the simulated training processes of a supervised pod."""
+    message: str = ""
+    """What the ended attempt left (a trip report)."""
+    ended: datetime | None = None
+    starts: int = 1
+    started_at: float = 0.0
+    """time.monotonic() when the current attempt's processes started."""
+
+    def report(self, *, answered: bool) -> SupervisorReport:
+        ended = self.process is not ProcessState.RUNNING
+        return SupervisorReport(
+            attempt=self.attempt,
+            state=self.process,
+            started_at=self.started,
+            ended_at=self.ended if ended else None,
+            exit_code=(1 if self.process is ProcessState.EXITED else 143) if ended else None,
+            message=self.message if ended else "",
+            attempts_started=self.starts,
+            agent_answered=answered,
+        )
 
 
 @dataclass
@@ -80,7 +116,19 @@ class Counts:
 
 
 def agent_status(pod: SimulatedPod, at: datetime) -> bytes:
-    """A healthy pod's status: step and heartbeat move with the clock."""
+    """A healthy pod's status: step and heartbeat move with the clock; under a supervisor,
+    its report added, and only the supervisor's own while the processes are down."""
+    if pod.supervised and pod.process is not ProcessState.RUNNING:
+        own = AgentStatus(
+            attempt=pod.attempt,
+            node=pod.node,
+            node_rank=pod.rank,
+            updated_at=at,
+            lr_scale=1.0,
+            applied_generation=1,
+            supervisor=pod.report(answered=False),
+        )
+        return own.model_dump_json().encode()
     step = int((at - pod.started).total_seconds() * STEPS_PER_SECOND)
     beat = Heartbeat(
         rank=pod.rank,
@@ -106,6 +154,7 @@ def agent_status(pod: SimulatedPod, at: datetime) -> bytes:
         tokens_per_second=1000.0,
         applied_generation=1,
         heartbeat=beat,
+        supervisor=pod.report(answered=True) if pod.supervised else None,
     )
     return status.model_dump_json().encode()
 
@@ -249,6 +298,8 @@ class ScaleSimulator:
             ip=str(next(self._addresses)),
             port=port,
             started=datetime.now(UTC),
+            supervised=labels.get(naming.RESTART_LABEL) == naming.IN_PLACE,
+            started_at=time.monotonic(),
         )
         self.pods[simulated.name] = simulated
         simulated.server = await asyncio.start_server(
@@ -291,9 +342,12 @@ class ScaleSimulator:
                     reader.readuntil(b"\r\n\r\n"), REQUEST_TIMEOUT_SECONDS
                 )
                 path = request.split(b" ", 2)[1].decode() if request.count(b" ") >= 2 else ""
+                sent = await reader.readexactly(_content_length(request))
                 if request.startswith(b"GET ") and path == STATUS_HTTP_PATH:
                     body, code = agent_status(pod, datetime.now(UTC)), "200 OK"
                     self.counts.answered += 1
+                elif request.startswith(b"PUT ") and path in (START_HTTP_PATH, STOP_HTTP_PATH):
+                    body, code = await self._order(pod, path, sent), "200 OK"
                 else:
                     body, code = b'{"error": "not simulated"}', "404 Not Found"
                 head = (
@@ -308,6 +362,24 @@ class ScaleSimulator:
             pod.connections.discard(writer)
             writer.close()
 
+    async def _order(self, pod: SimulatedPod, path: str, body: bytes) -> bytes:
+        """A supervisor's order, carried out at once (the processes stop and start in no
+        time here: what is measured is the operator's side)."""
+        if path == STOP_HTTP_PATH:
+            parse_stop_order(body)
+            if pod.process is ProcessState.RUNNING:
+                pod.process, pod.ended = ProcessState.STOPPED, datetime.now(UTC)
+        else:
+            order = parse_start_order(body)
+            if order.directives.attempt > pod.attempt or pod.process is not ProcessState.RUNNING:
+                pod.attempt = order.directives.attempt
+                pod.process, pod.message, pod.ended = ProcessState.RUNNING, "", None
+                pod.started, pod.started_at = datetime.now(UTC), time.monotonic()
+                pod.starts += 1
+                await asyncio.to_thread(self._patch_status, pod.name, _ready_status(pod, True))
+        ack = OrderAck(accepted=True, report=pod.report(answered=False))
+        return ack.model_dump_json().encode()
+
     # ------------------------------------------------------------------ trips
 
     def trip(self, *pod_names: str) -> None:
@@ -321,9 +393,15 @@ class ScaleSimulator:
         await asyncio.gather(*(self._trip(name) for name in pod_names))
 
     async def _trip(self, pod_name: str) -> None:
-        pod = self.pods.pop(pod_name)
-        await self._close(pod)
+        pod = self.pods[pod_name]
         at = datetime.now(UTC)
+        if pod.supervised:  # the processes end, the pod stays: its readiness says so
+            self.last_trip_message = trip_message(pod, at)
+            pod.process, pod.message, pod.ended = ProcessState.EXITED, self.last_trip_message, at
+            await asyncio.to_thread(self._patch_status, pod.name, _ready_status(pod, False))
+            return
+        self.pods.pop(pod_name)
+        await self._close(pod)
         started = pod.started.strftime("%Y-%m-%dT%H:%M:%SZ")
         ended = at.strftime("%Y-%m-%dT%H:%M:%SZ")
         self.last_trip_message = trip_message(pod, at)
@@ -344,3 +422,22 @@ def _agent_port(spec: Json) -> int:
             if port.get("name") == naming.AGENT_PORT_NAME:
                 return int(port["containerPort"])
     raise ValueError("the pod declares no st-agent container port")
+
+
+def _content_length(head: bytes) -> int:
+    for line in head.split(b"\r\n"):
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            return int(value.strip())
+    return 0
+
+
+def _ready_status(pod: SimulatedPod, ready: bool) -> Json:
+    """A running pod's status with its readiness (the supervisor's probe, as a kubelet
+    reports it)."""
+    started = pod.started.strftime("%Y-%m-%dT%H:%M:%SZ")
+    view = ContainerView(
+        name="trainer", image="local", running_since=started,
+        container_id=f"scalesim://{pod.name}", runs=1, probe_ready=ready,
+    )  # fmt: skip
+    return {"status": pod_status([view], pod.ip, "127.0.0.1", started, started, since={})}
