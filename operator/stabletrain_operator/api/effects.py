@@ -53,7 +53,7 @@ TORCH_SHARDED_BATCHES = TORCH + "test_sharded_batches.py::"
 UNIT_CUSTOM_SPARSE = UNIT + "signals/test_custom_sparse.py::"
 UNIT_PODS_PLACEMENT = UNIT + "operator/test_pods_placement.py::"
 UNIT_STALL_RULE = UNIT + "operator/test_stall_rule.py::"
-UNSCHEDULABLE = UNIT + "operator/test_unschedulable.py::"
+UNSCHEDULABLE = UNIT + "operator/test_unschedulable_pods.py::"
 E2E_UNSCHEDULABLE = (
     E2E + "test_unschedulable.py::"
     "test_without_kueue_unschedulable_pods_say_so_with_the_schedulers_words"
