@@ -32,6 +32,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -42,7 +43,7 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -309,6 +310,8 @@ def measure(args: argparse.Namespace, jobs: int) -> dict[str, Any]:
         phase_counts = collections.Counter(phases.phases.values())
         time.sleep(READS_SETTLE_SECONDS)
         trips = inject_trips(args, simulator, phases, names)
+        time.sleep(1.0)  # the decisions' log lines flushed
+        breakdown = where_the_time_went(operator.log_path, trips)
         pacer_after_trips = pacer_state(cluster.metrics_port)
         if args.logs is not None:
             args.logs.mkdir(parents=True, exist_ok=True)
@@ -328,6 +331,7 @@ def measure(args: argparse.Namespace, jobs: int) -> dict[str, Any]:
             "cpu_percent": 100 * (cpu_after - cpu_before) / (t1 - t0),
             "rss_mib": rss,
             "trips": trips,
+            "trip_stages": breakdown,
             "breakdown": collections.Counter(operator_side).most_common(12),
             "answered": answered,
             "errors": simulator.counts.errors[:5],
@@ -419,12 +423,12 @@ def print_big_job(row: dict[str, Any]) -> None:
 
 def inject_trips(
     args: argparse.Namespace, simulator: ScaleSimulator, phases: PhaseWatch, names: list[str]
-) -> list[tuple[float, float]]:
+) -> list[Trip]:
     """Trip every pod of each of `--trips` jobs spread over the list, the pods of one job all
     at once; for each, seconds to Stopping from the moment every pod's Failed status was
     stored (what the operator can act on) and from the moment the writes began."""
     spread = names[:: max(1, len(names) // args.trips)] + names
-    injected: dict[str, tuple[float, float]] = {}
+    injected: dict[str, tuple[float, float, datetime]] = {}
     for name in dict.fromkeys(spread):
         if len(injected) == args.trips:
             break
@@ -433,20 +437,65 @@ def inject_trips(
             continue  # a job that is not running (or has no running pod) cannot trip
         began = time.monotonic()
         simulator.trip(*running)  # every rank trips at the same step (one consensus)
-        injected[name] = (time.monotonic(), began)
-        print(f"  tripped {name}: {len(running)} pods stored at {datetime.now(UTC):%H:%M:%S.%f}"
+        injected[name] = (time.monotonic(), began, datetime.now())
+        print(f"  tripped {name}: {len(running)} pods stored at {injected[name][2]:%H:%M:%S.%f}"
               f" after {injected[name][0] - began:.2f} s", flush=True)  # fmt: skip
         time.sleep(args.trip_gap)
     chosen = list(injected)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and any(phases.left_running_at(n) is None for n in chosen):
         time.sleep(0.2)
-    latencies = []
-    for name, (stored, began) in injected.items():
+    trips = []
+    for name, (stored, began, wall) in injected.items():
         left = phases.left_running_at(name)
-        latencies.append((math.inf, math.inf) if left is None else (left - stored, left - began))
-    print("  trip -> left Running (s): " + " ".join(f"{t[0]:.2f}" for t in latencies))
-    return latencies
+        trips.append(Trip(name, wall, math.inf if left is None else left - stored,
+                          math.inf if left is None else left - began))  # fmt: skip
+    print("  trip -> left Running (s): " + " ".join(f"{t.stored:.2f}" for t in trips))
+    return trips
+
+
+@dataclasses.dataclass(frozen=True)
+class Trip:
+    job: str
+    stored_at: datetime
+    """Wall clock (local, as the operator's log) when every pod's trip was stored."""
+    stored: float
+    """Seconds from then to the job's watch showing it left Running."""
+    began: float
+    """Seconds from the first of the trip's writes to the same."""
+
+
+PHASE_LINE = re.compile(
+    r"^(?P<at>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO \S+: job (?P<job>\S+): "
+    r"Running -> Stopping \((?P<stages>[^)]*)\)$"
+)
+STAGE = re.compile(r"(?P<stage>[a-z ]+?) (?P<seconds>\d+\.\d+) s")
+
+
+def where_the_time_went(log: Path, trips: list[Trip]) -> dict[str, list[float]]:
+    """Each trip's seconds split at the operator's log line of its decision (reconcile.py's
+    StageClock): until a watch event woke the job's daemon (the pod event's way through the
+    API server and kopf), the wake's wait for a free loop, each stage of the deciding tick,
+    and from the status write's return to the bench's watch seeing it."""
+    lines: dict[str, re.Match[str]] = {}
+    for line in log.read_text(errors="replace").splitlines():
+        found = PHASE_LINE.match(line)
+        if found:
+            lines.setdefault(found["job"], found)
+    parts: dict[str, list[float]] = collections.defaultdict(list)
+    for trip in trips:
+        found = lines.get(trip.job)
+        if found is None or math.isinf(trip.stored):
+            continue
+        logged = datetime.strptime(found["at"], "%Y-%m-%d %H:%M:%S,%f")
+        stages = {m["stage"].strip(): float(m["seconds"]) for m in STAGE.finditer(found["stages"])}
+        in_operator = sum(stages.values())
+        to_line = (logged - trip.stored_at).total_seconds()
+        parts["stored -> the daemon woken"].append(to_line - in_operator)
+        for stage, seconds in stages.items():
+            parts["woken -> its tick began" if stage == "woken" else stage].append(seconds)
+        parts["written -> seen by a watch"].append(trip.stored - to_line)
+    return parts
 
 
 def p50(values: list[float]) -> str:
@@ -465,8 +514,8 @@ def print_table(rows: list[dict[str, Any]]) -> None:
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for row in rows:
-        stored = [t[0] for t in row["trips"]]
-        began = [t[1] for t in row["trips"]]
+        stored = [t.stored for t in row["trips"]]
+        began = [t.began for t in row["trips"]]
         print(
             f"| {row['jobs']} | {row['pods']} | {row['started_in']:.0f} s "
             f"| {row['requests_per_job_minute']:.1f} | {row['requests_per_second']:.1f} "
@@ -486,6 +535,10 @@ def print_table(rows: list[dict[str, Any]]) -> None:
             f"simulator errors: {row['errors'] or 0})"
         )
         print(f"  job phases at the end of the window: {row['phases']}")
+        print("  where a trip's seconds went (p50 / p99 / max; the operator's log of each "
+              "decision):")  # fmt: skip
+        for part, values in row["trip_stages"].items():
+            print(f"    {part:34} {p50(values)} / {p99(values)} / {max(values):.2f} s")
         print(f"  operator's pacer at the window's end: {row['pacer'][0]}; "
               f"after the trips: {row['pacer'][1]}")  # fmt: skip
         print("  Events in the namespace by source and reason (count incl. repeats):")

@@ -140,6 +140,8 @@ class JobMemory:
     rejected_version: str | None = None
     """A version whose spec or status did not validate (logged once, not read again)."""
     progress_written_at: float = 0.0
+    woken_at: float | None = None
+    """When a watch event last asked for a tick (time.monotonic()), None for a tick on time."""
     skip_ranges: tuple[str, tuple[SkipRange, ...]] | None = None
     """The spilled skip list as last read from (or written to) its ConfigMap."""
     supervisors: dict[str, SupervisorReport] = field(default_factory=dict)
@@ -700,6 +702,7 @@ async def tick(
     (among `workloads`, the job's in the operator's index) is admitted. The job's platform
     policies come from `catalog` (none without one)."""
     tenancy = tenancy or TenancySettings()
+    clock = StageClock(memory.woken_at)
     view = await _view(kube, key, live, memory)
     if isinstance(view, bool):
         if not view:
@@ -724,6 +727,7 @@ async def tick(
     memory.supervisors = {n: r for n, r in memory.supervisors.items() if n in present}
     due_now = _report_due(facts, status, memory)
     scrapes = await _scrape(key, facts, status, memory, scraper=scraper, pacer=pacer, final=due_now)
+    clock.mark("look and scrape")
     progress = _progress(memory, facts, scrapes, status.attempt)
     skip = _known_skip_ranges(status, memory)
     if skip is None:
@@ -773,6 +777,7 @@ async def tick(
         target=target,
     )
     transition = advance(status, world)
+    clock.mark("decide")
     if _stops_now(status, transition):
         # Before the pods go, those still running are scraped until no copy they list is on
         # its way to the PFS (at least once when the pod watch decided), so the plan sees a
@@ -785,6 +790,7 @@ async def tick(
         if final != scrapes:
             settled = advance(status, dataclasses.replace(world, scrapes=final))
             transition = settled if _stops_now(status, settled) else transition
+        clock.mark("settle")
     for note in transition.deferred:
         _log.debug("job %s: %s", key.name, note.message)
     plan = transition.launch
@@ -807,11 +813,15 @@ async def tick(
         transition = dataclasses.replace(
             transition, status=invalid_spec.accepted(transition.status, world)
         )
+    if plan is not None:
+        clock.mark("launch")
     written = await _record(
         kube, key, view, transition.status, memory, progress_seconds=progress_seconds
     )
+    clock.mark("write")
     if written and transition.status.phase is not status.phase:
-        _log.info("job %s: %s -> %s", key.name, status.phase, transition.status.phase)
+        _log.info("job %s: %s -> %s (%s)", key.name, status.phase, transition.status.phase,
+                  clock.summary())  # fmt: skip
     if transition.status.attempt != status.attempt:
         memory.seen = {n: a for n, a in memory.seen.items() if a >= transition.status.attempt}
     if transition.delete_pods:
@@ -865,6 +875,27 @@ async def tick(
 QUEUED_TICK_SECONDS = 60.0
 """A job waiting for Kueue without pods ticks when its Workload (or it) changes, and at
 least this often: not on the 0.5 s clock of the phases that wait on time."""
+
+
+@dataclass
+class StageClock:
+    """Where one tick's time went, for the log line of a phase change: a decision's delay is
+    the wake's wait for the loop plus these stages (bench/operator_scale.py reads them)."""
+
+    woken_at: float | None
+    marks: list[tuple[str, float]] = field(default_factory=lambda: [("", time.monotonic())])
+
+    def mark(self, stage: str) -> None:
+        self.marks.append((stage, time.monotonic()))
+
+    def summary(self) -> str:
+        start = self.marks[0][1]
+        waited = f"woken {start - self.woken_at:.2f} s before; " if self.woken_at else ""
+        stages = ", ".join(
+            f"{stage} {at - before:.2f} s"
+            for (_, before), (stage, at) in zip(self.marks, self.marks[1:], strict=False)
+        )
+        return waited + stages
 
 
 def _queued(

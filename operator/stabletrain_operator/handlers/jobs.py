@@ -14,7 +14,6 @@ older than one it saw.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from typing import Any
@@ -25,7 +24,7 @@ from kubernetes.client.exceptions import ApiException
 from stabletrain_operator import metrics
 from stabletrain_operator.api.constants import GROUP, PLURAL, VERSION
 from stabletrain_operator.handlers.pod_index import OwnerKey, PodKey
-from stabletrain_operator.handlers.wakeups import Wakeups, sleep_until
+from stabletrain_operator.handlers.wakeups import WakeEvent, Wakeups, sleep_until
 from stabletrain_operator.jobview import DEFAULT_PROGRESS_WRITE_SECONDS
 from stabletrain_operator.kube import Kube, StaleStatusError
 from stabletrain_operator.observe.pods import PodFacts
@@ -87,7 +86,7 @@ async def _reconcile(
     worker_pods: kopf.Index[OwnerKey, PodFacts],
     kube: Kube,
     memo: Any,
-    woken: asyncio.Event,
+    woken: WakeEvent,
     stopped: kopf.DaemonStopped,
     job_workloads: kopf.Index[PodKey, WorkloadFacts] | None = None,
 ) -> None:
@@ -98,6 +97,7 @@ async def _reconcile(
     failures = 0
     while not stopped:
         try:
+            memory.woken_at = woken.set_at
             woken.clear()  # before the look: a change after it wakes the sleep below
             indexed = list(worker_pods.get((namespace, name, str(body.metadata.get("uid"))), []))
             workloads = list(job_workloads.get((namespace, name), [])) if job_workloads else []

@@ -25,16 +25,34 @@ from stabletrain_operator.api.constants import GROUP, PLURAL, VERSION
 from stabletrain_operator.handlers.pod_index import PodKey
 
 
+class WakeEvent(asyncio.Event):
+    """An asyncio.Event that remembers when it was first set since it was last cleared: the
+    tick it wakes tells how long the wake waited (the log line of a phase change)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.set_at: float | None = None
+
+    def set(self) -> None:
+        if not self.is_set():
+            self.set_at = time.monotonic()
+        super().set()
+
+    def clear(self) -> None:
+        self.set_at = None
+        super().clear()
+
+
 class Wakeups:
     """One event per running daemon; a wake for a job without a daemon is dropped."""
 
     def __init__(self) -> None:
-        self._events: dict[PodKey, asyncio.Event] = {}
+        self._events: dict[PodKey, WakeEvent] = {}
 
-    def register(self, key: PodKey) -> asyncio.Event:
-        return self._events.setdefault(key, asyncio.Event())
+    def register(self, key: PodKey) -> WakeEvent:
+        return self._events.setdefault(key, WakeEvent())
 
-    def unregister(self, key: PodKey, event: asyncio.Event) -> None:
+    def unregister(self, key: PodKey, event: WakeEvent) -> None:
         if self._events.get(key) is event:
             del self._events[key]
 

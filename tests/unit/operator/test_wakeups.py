@@ -49,3 +49,18 @@ def test_a_restarted_daemon_keeps_its_event_when_the_old_one_unregisters_late() 
     wakeups.wake(("ns", "job"))
     assert new.is_set()
     assert len(wakeups) == 1
+
+
+def test_a_wake_remembers_its_first_moment_until_the_daemon_clears_it() -> None:
+    wakeups = Wakeups()
+    woken = wakeups.register(("ns", "job"))
+    assert woken.set_at is None
+    before = time.monotonic()
+    wakeups.wake(("ns", "job"))
+    first = woken.set_at
+    assert first is not None
+    assert first >= before
+    wakeups.wake(("ns", "job"))  # a second event before the tick: the wait began at the first
+    assert woken.set_at == first
+    woken.clear()
+    assert woken.set_at is None
