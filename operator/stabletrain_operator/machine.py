@@ -558,6 +558,10 @@ def _replan(status: StableTrainingJobStatus, world: World, evidence: Sequence[st
             "checkpoint_choice": "",
             "directives_generation": None,
             "excluded_steps": excluded,
+            # A fresh stop: which pods it keeps is decided anew (a rank the last relaunch
+            # replaced has a new pod, which may well run the next attempt).
+            "in_place": False,
+            "replaced_ranks": (),
         }
     )
     stopping = status.model_copy(update={"phase": Phase.STOPPING, "plan": again})

@@ -12,6 +12,7 @@ from operator_builders import NODES, T0, agent, pod, record, spec, trip
 
 from stabletrain_agent.contract.checkpoint_inventory import PodCopy, TierCopy
 from stabletrain_agent.contract.names import Action
+from stabletrain_agent.contract.restore import render_restore_failure
 from stabletrain_agent.contract.supervisor import ProcessState, SupervisorReport
 from stabletrain_agent.contract.trip_report import render_termination_message
 from stabletrain_operator.api.constants import Phase, Reason
@@ -368,3 +369,41 @@ def test_a_restart_in_place_restores_the_snapshot_every_kept_pod_holds_in_memory
         step = advance(step.status, world(step.status, pods[:1], reports, now=T0 + timedelta(1)))
     assert step.status.plan is not None
     assert step.status.plan.target_step == 50
+
+
+def test_a_restore_failure_after_an_in_place_relaunch_is_a_fresh_stop() -> None:
+    """The re-plan keeps every pod that can run the next attempt: the rank whose pod the
+    relaunch replaced has a new, healthy one now, kept like the other (before: the old plan's
+    replaced ranks carried over, and that pod was deleted again with no PodReplaced Event)."""
+    pods, reports = killed_rank_one()
+    twice = SuspectNode(
+        node="node-b", incidents=1, last_reason="killed", last_incident_at=T0,
+        expires_at=T0 + timedelta(hours=1),
+    )  # fmt: skip
+    status = running(suspect_nodes=(twice,))
+    step: Transition = advance(status, world(status, pods, reports))
+    assert step.delete_pods == ("job-a0-1",)
+    kept = (pods[0],)
+    while step.status.phase is not Phase.CONFIRMING:
+        step = advance(step.status, world(step.status, kept, reports, now=T0 + timedelta(1)))
+    plan = step.status.plan
+    assert plan is not None
+    assert plan.target_step is not None
+    assert plan.replaced_ranks == (1,)
+    relaunched = (
+        dataclasses.replace(pods[0], attempt=1),
+        supervised(1, attempt=1, node="node-c"),
+    )
+    failed = {
+        "job-a0-0": report(1, ProcessState.EXITED,
+                           message=render_restore_failure(plan.target_step, 1, "torn")),
+        "job-a1-1": report(1, ProcessState.RUNNING),
+    }  # fmt: skip
+    again = advance(step.status, world(step.status, relaunched, failed, now=T0 + timedelta(1)))
+    replanned = again.status.plan
+    assert replanned is not None
+    assert [e.reason for e in again.events] == [Reason.RESTORE_FAILED]
+    assert (replanned.excluded_steps, replanned.next_attempt) == ((plan.target_step,), 2)
+    assert again.delete_pods == ()
+    assert again.stop_pods == ("job-a0-0", "job-a1-1")
+    assert (replanned.in_place, replanned.replaced_ranks) == (True, ())
