@@ -1172,8 +1172,13 @@ def _memory_pods(
 
 
 def _relaunching(status: StableTrainingJobStatus, world: World) -> Transition:
-    if not _may_run(world):  # evicted during the recovery: the plan waits for readmission
-        return Transition(status, world.ledger)
+    if not _may_run(world):
+        # Evicted during the recovery: the plan waits for readmission with no pod left, so
+        # Kueue gets its quota back (it does not while a pod holds a node): the pods a
+        # relaunch in place would keep (their processes stopped) go too, and the next
+        # admission creates every pod anew.
+        leaving = tuple(sorted(p.name for p in world.pods if not p.deleting))
+        return Transition(status, world.ledger, delete_pods=leaving)
     plan = status.plan
     if plan is None or plan.directives_generation is None:
         return Transition(status.model_copy(update={"phase": Phase.PLANNING}), world.ledger)

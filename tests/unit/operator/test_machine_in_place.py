@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 
 from operator_builders import NODES, T0, agent, pod, record, spec, trip
+from test_machine_queue import ADMITTED, EVICTED
 
 from stabletrain_agent.contract.checkpoint_inventory import PodCopy, TierCopy
 from stabletrain_agent.contract.names import Action
@@ -384,7 +385,9 @@ def test_a_restore_failure_after_an_in_place_relaunch_is_a_fresh_stop() -> None:
     step: Transition = advance(status, world(status, pods, reports))
     assert step.delete_pods == ("job-a0-1",)
     kept = (pods[0],)
-    while step.status.phase is not Phase.CONFIRMING:
+    for _ in range(5):
+        if step.status.phase is Phase.CONFIRMING:
+            break
         step = advance(step.status, world(step.status, kept, reports, now=T0 + timedelta(1)))
     plan = step.status.plan
     assert plan is not None
@@ -407,3 +410,34 @@ def test_a_restore_failure_after_an_in_place_relaunch_is_a_fresh_stop() -> None:
     assert again.delete_pods == ()
     assert again.stop_pods == ("job-a0-0", "job-a1-1")
     assert (replanned.in_place, replanned.replaced_ranks) == (True, ())
+
+
+def test_an_eviction_during_an_in_place_recovery_lets_the_kept_pods_go_too() -> None:
+    """Kueue takes its quota back only once no pod holds a node: the pods kept for the
+    relaunch are deleted while the plan waits, and the readmitted relaunch creates them all
+    (before: they stayed, and the job waited in Relaunching for good)."""
+    pods, reports = killed_rank_one()
+    status = running()
+    step: Transition = advance(status, world(status, pods, reports, admission=ADMITTED))
+    later = T0 + timedelta(1)
+    for _ in range(5):
+        if step.status.phase is Phase.RELAUNCHING:
+            break
+        step = advance(step.status, world(step.status, pods, reports, admission=EVICTED, now=later))
+    assert step.status.phase is Phase.RELAUNCHING
+    held = advance(step.status, world(step.status, pods, reports, admission=EVICTED, now=later))
+    assert held.launch is None
+    assert held.delete_pods == ("job-a0-0", "job-a0-1")
+    assert held.status.plan == step.status.plan, "the plan waits for the next admission"
+    going = tuple(dataclasses.replace(p, deleting=True) for p in pods)
+    assert (
+        advance(
+            held.status, world(held.status, going, reports, admission=EVICTED, now=later)
+        ).delete_pods
+        == ()
+    )
+    back = advance(held.status, world(held.status, (), admission=ADMITTED, now=later))
+    assert back.launch is not None
+    assert back.launch.in_place == ()
+    (entry,) = back.status.rollback_history
+    assert (entry.restarted_in_place, entry.replaced_pods) == (0, 2)
