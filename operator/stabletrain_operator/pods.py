@@ -307,12 +307,21 @@ def supervised(spec: StableTrainingJobSpec) -> bool:
 
 
 def pod_shape(spec: StableTrainingJobSpec) -> str:
-    """Digest of what a pod is built from (workers, checkpoints, the agent port, the warm
-    start): a pod of another shape runs an outdated template, tiers or supervisor settings
-    and is replaced, not restarted."""
+    """Digest of what a pod is built from and its next attempt cannot change (workers, the
+    tiers' volumes, the memory tier, the agent port, the warm start): a pod of another shape
+    runs an outdated template, tiers or supervisor settings and is replaced, not restarted.
+    The checkpoint interval, retentions, size limit and spike markers are left out: every
+    attempt's directives carry them."""
+    checkpoints = spec.checkpoints
     shaping = {
         "workers": spec.workers.model_dump(mode="json", by_alias=True),
-        "checkpoints": spec.checkpoints.model_dump(mode="json", by_alias=True),
+        "local": checkpoints.local.model_dump(
+            mode="json", by_alias=True, include={"host_path", "volume"}
+        ),
+        "pfs": checkpoints.pfs.model_dump(
+            mode="json", by_alias=True, include={"claim_name", "sub_path"}
+        ),
+        "memory": checkpoints.memory.model_dump(mode="json", by_alias=True),
         "agentPort": agent_port(),
         "warmStart": spec.recovery.warm_start,
     }

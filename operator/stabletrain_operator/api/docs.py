@@ -178,7 +178,8 @@ def render_api_docs() -> str:
 
 Group `{c.GROUP}`, version `{c.VERSION}`, kind `{c.KIND}`, short name
 `{", ".join(c.SHORT_NAMES)}`, categories `{", ".join(c.CATEGORIES)}`; namespaced, with a status
-subresource. `kubectl get stj` shows State, Step, Loss, LR Scale, Rollbacks and Age.
+subresource. `kubectl get stj` shows State, Queue, Unschedulable, Step, Loss, LR Scale,
+Rollbacks and Age.
 
 ## Numbers
 
@@ -215,7 +216,12 @@ Alert/ReduceLR act on what the agent reports.
 ## Agent <-> operator contract
 
 - Initial directives: a ConfigMap mounted at `{DIRECTIVES_PATH}` (the path is in env
-  `{env.DIRECTIVES_PATH}`), written before the attempt's pods are created.
+  `{env.DIRECTIVES_PATH}`), written before the attempt's pods are created. An attempt
+  started in a kept pod (recovery in place) gets them in the supervisor's start order,
+  which writes them under `/stabletrain/run/` and points `{env.DIRECTIVES_PATH}` there.
+- Supervisor orders (pods under the supervisor, on the agent's port, the same bearer
+  token): `PUT /v1/supervisor/stop` and `PUT /v1/supervisor/start`, fenced by attempt;
+  `GET /v1/ready` is the readiness probe (docs/operator.md, "Recovery in place").
 - Live directives: `PUT {DIRECTIVES_HTTP_PATH}` on the agent's port (default
   {env.DEFAULT_AGENT_PORT}, local rank 0 of each pod) with header
   `{AUTHORIZATION_HEADER}: Bearer <token>`; the token comes from the per-job Secret (key
@@ -255,12 +261,16 @@ job"):
 
 - live, within a few seconds: `detection.*`, which signals trip (from `recovery.rules`), the
   custom signals, and `checkpoints.intervalSteps`, `.local.retention`, `.local.sizeLimit`,
-  `.pfs.retention`, `.spikeMarkers` (live directives of a new generation); every other
-  `recovery.*` field, `checkpoints.selection`, `preflight.maxLostSteps`, `suspend` and
-  `manualRollback` are read by the operator, so they act from its next tick;
-- at the next attempt: `workers.template`, `workers.containerName`, `workers.rendezvous`
-  (pods are built from them when they are created); `preflight.mode` gates only the first
-  launch;
+  `.pfs.retention`, `.spikeMarkers` (live directives of a new generation; every attempt's
+  directives carry them too, so a pod restarted in place runs the new values); every other
+  `recovery.*` field but the two below, `checkpoints.selection`, `scheduling.*`,
+  `preflight.maxLostSteps`, `suspend` and `manualRollback` are read by the operator, so
+  they act from its next tick;
+- at the next attempt: `workers.template`, `workers.containerName`, `workers.rendezvous`,
+  `checkpoints.memory.intervalSteps`, `recovery.restart` and `recovery.warmStart` (pods are
+  built from them when they are created; the next recovery replaces the pods built from
+  the old values instead of restarting them in place); `preflight.mode` gates only the
+  first launch;
 - refused (CEL transition rules, the error names the field and why): `workers.nodes`,
   `workers.processesPerNode`, `checkpoints.local.hostPath` and `.volume`,
   `checkpoints.pfs.claimName` and `.subPath`.

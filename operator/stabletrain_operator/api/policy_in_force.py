@@ -38,7 +38,8 @@ class PolicyInForce(ApiModel):
     """The effective policy the running pods apply and the operator decides by."""
 
     spec_generation: int | None = Field(default=None, ge=0)
-    """metadata.generation of the spec it was taken from (status.observedGeneration)."""
+    """metadata.generation of the spec it was taken from (status.observedGeneration too,
+    unless an edit that waits for the next attempt is newer)."""
     directives_generation: int = Field(ge=0)
     """The directives generation that carries it to the pods (0: none sent yet)."""
     policies: tuple[str, ...] = Field(default=(), max_length=SOURCES_MAX)
@@ -64,11 +65,11 @@ class PolicyRollout(ApiModel):
 
 class BuiltFrom(ApiModel):
     """What the current attempt's pods were built from: `spec.workers` (the template, the
-    rendezvous) reaches pods only when they are created, so an edit of it takes effect at
-    the next attempt."""
+    rendezvous), `checkpoints.memory`, `recovery.restart` and `recovery.warmStart` reach
+    pods only when they are created, so an edit of them takes effect at the next attempt."""
 
     spec_generation: int | None = Field(default=None, ge=0)
-    """metadata.generation whose workers the pods were built from (the newest with the
-    same workers)."""
+    """metadata.generation the pods were built from (the newest with the same values of
+    those fields)."""
     digest: str = Field(max_length=64)
-    """Digest of that spec.workers."""
+    """Digest of those fields."""

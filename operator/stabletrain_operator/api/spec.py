@@ -536,9 +536,11 @@ class RecoverySpec(ApiModel):
     have a `command`); a recovery stops the training processes (TERM, the pod's grace
     period, KILL) and starts the next attempt in the same pods, with the pods' scheduling,
     volumes and node-local state kept. A pod is replaced only when it must go: its node is
-    lost, silent or a suspect the relaunch avoids; it was evicted, OOM-killed or its
-    container ended; its processes did not stop within the grace period plus 10 s; or the
-    spec's pod-shaping fields (workers, checkpoints) changed since it was created.
+    lost or silent, or a suspect of repeated incidents (its second within suspectSeconds)
+    the relaunch avoids; it was evicted, OOM-killed or its container ended; its processes
+    did not stop within the grace period plus 10 s; or what it was built from changed since
+    it was created (workers, the tiers' volumes, checkpoints.memory, warmStart, the
+    operator's agent port).
     RecreatePods deletes every pod and creates the next attempt's, as a restart did before
     InPlace existed. A template whose training container has no `command` (the image's
     entrypoint runs) cannot be wrapped and restarts as RecreatePods (the Relaunched Event

@@ -218,7 +218,8 @@ class RollbackRecord(ApiModel):
     replaced_pods: int = Field(default=0, ge=0)
     """Pods deleted and created anew for the relaunched attempt."""
     replaced_ranks: tuple[int, ...] = Field(default=(), max_length=REPLACED_LISTED_MAX)
-    """Ranks whose pods were replaced (the first 16); each pod's reason is in a PodReplaced
+    """Ranks whose pods were replaced in a relaunch in place (the first 16; empty with
+    RecreatePods); the reason of each replaced pod the stop still found is in a PodReplaced
     Event."""
 
     @classmethod

@@ -50,7 +50,7 @@ def keepable(
     if pod.node in avoided:
         return f"its node {pod.node} is a suspect of repeated incidents the relaunch avoids"
     if pod.shape != shape:
-        return "the spec's workers or checkpoints changed since it was created"
+        return "the spec's workers, tiers, memory tier or warm start changed since it was created"
     return None
 
 

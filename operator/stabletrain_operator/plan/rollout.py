@@ -11,8 +11,9 @@ it; until then the pods' trips and the operator's decisions follow the previous 
 a trip that raced the edit is decided by the rules that made the agent trip. With no pod
 running (Pending, a stop, a relaunch, suspended) the next launch carries the newest spec and
 it is in force at once. A spec the job's StableTrainingPolicy limits refuse never comes into
-force. An edit of spec.workers (the template, the rendezvous) reaches pods only when they are
-created: it waits for the next attempt.
+force. An edit of spec.workers (the template, the rendezvous), checkpoints.memory,
+recovery.restart or recovery.warmStart reaches pods only when they are created: it waits for
+the next attempt.
 
 status.observedGeneration is the newest generation all of whose changes are in force, and
 the SpecApplied condition says what waits and why.
@@ -117,8 +118,18 @@ def directives_digest(directives: Directives) -> str:
     )
 
 
-def workers_digest(spec: StableTrainingJobSpec) -> str:
-    return _digest(spec.workers.model_dump(mode="json", by_alias=True))
+def built_digest(spec: StableTrainingJobSpec) -> str:
+    """Digest of what reaches a pod only when it is created: spec.workers (the template, the
+    rendezvous), the memory tier's interval (the pod's environment and volume) and the
+    restart settings (the supervisor's wrap and its warm start)."""
+    return _digest(
+        {
+            "workers": spec.workers.model_dump(mode="json", by_alias=True),
+            "memory": spec.checkpoints.memory.model_dump(mode="json", by_alias=True),
+            "restart": spec.recovery.restart.value,
+            "warmStart": spec.recovery.warm_start,
+        }
+    )
 
 
 def record_of(
@@ -272,7 +283,7 @@ def settle(
     status = after
     live, live_pods = handled.live, handled.live_pods
     if handled.launched is not None:
-        launched_from = BuiltFrom(spec_generation=tick.generation, digest=workers_digest(spec))
+        launched_from = BuiltFrom(spec_generation=tick.generation, digest=built_digest(spec))
         status = status.model_copy(update={"built_from": launched_from})
     pods_run = status.phase in RUNNING_PHASES and handled.launched is None
     sent: tuple[Notice, ...] = ()
@@ -284,7 +295,7 @@ def settle(
         else:
             status = _without_pods(status, tick, target, handled.launched)
         built = status.built_from
-        same = built is not None and built.digest == workers_digest(target.spec)
+        same = built is not None and built.digest == built_digest(target.spec)
         if built is not None and same and built.spec_generation != tick.generation:
             built = built.model_copy(update={"spec_generation": tick.generation})
             status = status.model_copy(update={"built_from": built})
@@ -413,8 +424,9 @@ def _say(
     elif pods_run and built is not None and built.spec_generation != generation:
         ok, reason, observed = False, Reason.AT_NEXT_ATTEMPT, built.spec_generation
         message = (
-            f"spec generation {generation} changes spec.workers, which reaches pods only when "
-            f"they are created: it takes effect at attempt {status.attempt + 1}; the pods of "
+            f"spec generation {generation} changes what reaches pods only when they are "
+            "created (spec.workers, checkpoints.memory, recovery.restart or warmStart): it "
+            f"takes effect at attempt {status.attempt + 1}; the pods of "
             f"attempt {status.attempt} were built from generation {built.spec_generation}"
         )
     else:

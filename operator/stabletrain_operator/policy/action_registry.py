@@ -31,8 +31,11 @@ _KINDS = (
         reason=Reason.ROLLBACK_STARTED,
         decide=rollback,
         doc=(
-            "Phase Stopping: delete every worker pod of the attempt and wait until all are gone "
-            "(no rank may write after the decision). Planning: choose the newest checkpoint that "
+            "Phase Stopping: end every training process of the attempt and wait until all "
+            "ended (no rank may write after the decision): with `recovery.restart: InPlace` "
+            "(the default) the supervisors stop the processes of the pods that can run the next "
+            "attempt and only the other pods are deleted; with `RecreatePods` every pod is "
+            "deleted. Planning: choose the newest checkpoint that "
             "is stable, not a spike marker, complete and verified on the PFS and on the local tier "
             "of every node it will be read from (a node without a local copy reads from the PFS), "
             "and at least `minStepsBeforeOnset` steps before the onset; multiply the LR scale by "
@@ -41,7 +44,8 @@ _KINDS = (
             "report's lineage names (`skipData: SuspectShards`, the default), the whole range when "
             "the lineage is missing or was cut, with `skipData: StepRange`, and on every "
             "escalation. Relaunching: write directives with a new generation for attempt + 1 "
-            "(resume step, LR scale, re-warm-up, all skip ranges) and create the pods. Confirming: "
+            "(resume step, LR scale, re-warm-up, all skip ranges), start it in the kept pods and "
+            "create the others. Confirming: "
             "the rollback is confirmed (Event RollbackConfirmed, with the step passed and the loss "
             "against the pre-spike baseline) once every pod runs the new directives past the old "
             "onset plus the signal's detection window (its `consecutiveSteps`) while the signal is "
@@ -80,7 +84,8 @@ _KINDS = (
         decide=restart_by_rule,
         doc=(
             "For faults outside the model (crashed or OOM-killed worker, lost node, stall): stop "
-            "all pods, relaunch attempt + 1 from the newest complete and verified checkpoint "
+            "every training process as a Rollback does (in place or by deleting the pods), "
+            "relaunch attempt + 1 from the newest complete and verified checkpoint "
             "(stable or not, never a spike marker), with LR scale and skip ranges unchanged: "
             "on the PFS, or a snapshot in the memory tier of every pod when all the pods of the "
             "next attempt are kept (`checkpoints.memory`; a replaced pod's memory is gone). "

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from stabletrain_operator.handlers import jobs
+from stabletrain_operator.handlers.wakeups import WakeEvent
 from stabletrain_operator.reconcile import JobKey, JobMemory
 
 
@@ -44,7 +45,7 @@ async def run_daemon(
 
     monkeypatch.setattr(jobs, "tick", fake_tick)
     index: dict[tuple[str, str, str], list[Any]] = {("ns", "job", "uid-1"): []}
-    woken, stopper = asyncio.Event(), Stopper()
+    woken, stopper = WakeEvent(), Stopper()
     body = SimpleNamespace(metadata={"resourceVersion": "1", "uid": "uid-1"})
     daemon = asyncio.create_task(
         jobs._reconcile(

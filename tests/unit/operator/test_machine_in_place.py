@@ -219,7 +219,7 @@ def test_pods_that_cannot_run_the_next_attempt_are_replaced_with_the_reason() ->
     assert stop.stop_pods == ()
     reasons = sorted(e.message for e in stop.events if e.reason == Reason.POD_REPLACED)
     assert "its node node-a stopped reporting" in reasons[0]
-    assert "the spec's workers or checkpoints changed since it was created" in reasons[1]
+    assert "workers, tiers, memory tier or warm start changed since it was created" in reasons[1]
 
 
 def test_a_node_with_repeated_incidents_loses_its_pod_a_first_one_does_not() -> None:

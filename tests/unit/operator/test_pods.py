@@ -312,6 +312,27 @@ def test_the_pod_shape_follows_the_fields_pods_are_built_from() -> None:
         update={"recovery": base.recovery.model_copy(update={"warm_start": False})}
     )
     assert pods.pod_shape(cold) != pods.pod_shape(base)
+    checkpoints = base.checkpoints
+    live = base.model_copy(
+        update={
+            "checkpoints": checkpoints.model_copy(
+                update={
+                    "interval_steps": 7,
+                    "spike_markers": 5,
+                    "local": checkpoints.local.model_copy(update={"retention": 9}),
+                }
+            )
+        }
+    )
+    assert pods.pod_shape(live) == pods.pod_shape(base), "every attempt's directives carry them"
+    memory = base.model_copy(
+        update={
+            "checkpoints": checkpoints.model_copy(
+                update={"memory": checkpoints.memory.model_copy(update={"interval_steps": 0})}
+            )
+        }
+    )
+    assert pods.pod_shape(memory) != pods.pod_shape(base), "the pod's volume and environment"
 
 
 def test_a_start_order_carries_the_attempts_rendezvous_through_the_kept_rank_0() -> None:

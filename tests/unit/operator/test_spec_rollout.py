@@ -245,6 +245,27 @@ def test_a_template_edit_waits_for_the_next_attempt_and_says_so() -> None:
     )
 
 
+def test_a_memory_tier_or_warm_start_edit_waits_for_the_next_attempt_too() -> None:
+    """Both reach a pod only when it is created (its environment and volume, the supervisor's
+    standby): before, the edit read as in force while the pods kept the old values."""
+    status = launched()
+    job = spec()
+    memory = job.checkpoints.model_copy(
+        update={"memory": job.checkpoints.memory.model_copy(update={"interval_steps": 0})}
+    )
+    cold = job.recovery.model_copy(update={"warm_start": False})
+    for edit in (
+        job.model_copy(update={"checkpoints": memory}),
+        job.model_copy(update={"recovery": cold}),
+    ):
+        step = advance(status, world(status, spec=edit, generation=2))
+        assert step.live is None
+        assert step.status.observed_generation == 1
+        ok, reason, message = condition(step)
+        assert (ok, reason) == ("False", Reason.AT_NEXT_ATTEMPT)
+        assert "checkpoints.memory, recovery.restart or warmStart" in message
+
+
 def refused(job: StableTrainingJobSpec) -> EffectivePolicy:
     limits = StableTrainingPolicy.model_validate(
         {"metadata": {"name": "team"}, "spec": {"limits": {"maxRollbacks": 3}}}
