@@ -648,9 +648,11 @@ async def _record(
     memory: JobMemory,
     *,
     progress_seconds: float,
+    clock: StageClock | None = None,
 ) -> bool:
     """Write `status` if it holds a decision or progress is due; either way it becomes the
-    held status. True when it was written."""
+    held status. True when it was written. The `clock` notes when a thread of the API pool
+    took the write (the wait behind other blocking calls, apart from the request's own)."""
     now = time.monotonic()
     due = write_needed(
         view.status,
@@ -662,10 +664,15 @@ async def _record(
     if not due:
         memory.view = dataclasses.replace(view, status=status)
         return False
+    body = status_json(status)
+
+    def write() -> dict[str, Any]:
+        if clock is not None:
+            clock.mark("queued for a thread")
+        return kube.write_status(key.namespace, key.name, view.resource_version, body)
+
     try:
-        written = await asyncio.to_thread(
-            kube.write_status, key.namespace, key.name, view.resource_version, status_json(status)
-        )
+        written = await asyncio.to_thread(write)
     except StaleStatusError:
         memory.view = None
         raise
@@ -816,8 +823,9 @@ async def tick(
     if plan is not None:
         clock.mark("launch")
     written = await _record(
-        kube, key, view, transition.status, memory, progress_seconds=progress_seconds
-    )
+        kube, key, view, transition.status, memory, progress_seconds=progress_seconds,
+        clock=clock,
+    )  # fmt: skip
     clock.mark("write")
     if written and transition.status.phase is not status.phase:
         _log.info("job %s: %s -> %s (%s)", key.name, status.phase, transition.status.phase,
