@@ -504,7 +504,9 @@ def build_service(job: JobRef) -> Json:
 
 
 def build_directives_config_map(job: JobRef, directives: Directives) -> Json:
-    """The attempt's initial directives, mounted read-only; written before its pods exist."""
+    """The attempt's initial directives, mounted read-only; written before its pods exist
+    (the pods it creates are built from the same spec: their environment has the checkpoint
+    settings; pods kept in place get the whole directives in their start order)."""
     name = naming.directives_config_map(job.name, directives.attempt)
     metadata = job.metadata(name, {naming.ATTEMPT_LABEL: str(directives.attempt)})
     metadata["annotations"] = {naming.DIRECTIVES_GENERATION_ANNOTATION: str(directives.generation)}
@@ -512,7 +514,7 @@ def build_directives_config_map(job: JobRef, directives: Directives) -> Json:
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": metadata,
-        "data": {env.DIRECTIVES_FILE_KEY: directives.to_json()},
+        "data": {env.DIRECTIVES_FILE_KEY: directives.to_json(for_new_pods=True)},
     }
 
 

@@ -47,6 +47,7 @@ from stabletrain_operator.observe.stall import RankProgress
 from stabletrain_operator.observe.supervised import attempt_ended, with_reports
 from stabletrain_operator.ownership import NotOwnedError
 from stabletrain_operator.plan.merged_inventory import copies_in_flight
+from stabletrain_operator.plan.sent_directives import checkpoint_settings
 from stabletrain_operator.platform_policy.catalog import PolicyCatalog
 from stabletrain_operator.platform_policy.effective import EffectivePolicy, effective_policy
 from stabletrain_operator.policy import PolicyLedger
@@ -472,8 +473,13 @@ def _start_orders(
     names: Iterable[str],
     master: str | None,
 ) -> dict[str, Order]:
+    """Start orders of `directives` for the kept pods `names`. Directives read back from the
+    attempt's ConfigMap (after an operator restart) lack the checkpoint settings a new pod's
+    environment holds: a kept pod gets `spec`'s (the spec in force)."""
     if directives is None or master is None:
         return {}
+    if directives.checkpoints is None:
+        directives = directives.model_copy(update={"checkpoints": checkpoint_settings(spec)})
     order: Order = pods.start_order(spec, job, directives, master)
     return dict.fromkeys(names, order)
 
@@ -852,7 +858,7 @@ async def tick(
             memory,
             facts,
             _start_orders(
-                spec,
+                world.spec,
                 ref,
                 memory.directives.get(current) or directives,
                 transition.start_pods,

@@ -490,7 +490,10 @@ def test_get_shows_the_printer_columns(
     print(listed.stdout)
     assert listed.returncode == 0, listed.stderr
     header, row = listed.stdout.splitlines()[:2]
-    assert header.split() == ["NAME", "STATE", "STEP", "LOSS", "LR", "SCALE", "ROLLBACKS", "AGE"]
+    assert header.split() == [
+        "NAME", "STATE", "QUEUE", "UNSCHEDULABLE", "STEP", "LOSS", "LR", "SCALE", "ROLLBACKS",
+        "AGE",
+    ]  # fmt: skip
     assert row.split()[:6] == ["tiny-gpt", "Running", "31219", "2.2", "0.5", "2"]
     by_category = kubectl(control_plane, "get", "stabletrain", "-n", namespace, "-o", "name")
     assert by_category.stdout.strip() == "stabletrainingjob.stabletrain.dev/tiny-gpt"

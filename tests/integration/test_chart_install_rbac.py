@@ -235,6 +235,7 @@ NEEDED = [
     ("update", JOBS, "finalizers"),
     ("create", "pods", ""),
     ("delete", "pods", ""),
+    ("patch", "pods", ""),  # a relaunch in place relabels the pods it keeps
     ("list", "pods", ""),
     ("watch", "pods", ""),
     ("create", "services", ""),
@@ -254,7 +255,6 @@ NOT_NEEDED = [
     ("delete", "services", ""),
     ("delete", JOBS, ""),
     ("create", JOBS, ""),
-    ("patch", "pods", ""),
     ("create", "pods", "exec"),
     ("create", "pods", "portforward"),
     ("create", "serviceaccounts", "token"),

@@ -184,8 +184,11 @@ def test_point1_a_job_gets_its_own_node_directory_and_nothing_more(
             assert pod["spec"]["automountServiceAccountToken"] is False
         assert pods_named_for(core, tenant_namespace, "etc") == []
         assert pods_named_for(core, tenant_namespace, "escape") == []
-        jobs.patch_spec("etc", {"checkpoints": {"local": {"hostPath": NODE_DIRECTORY}}})
-        fixed = jobs.wait("etc", lambda s: len(jobs.pods("etc")) == 2 and (
+        # The tier's place is fixed once the job exists (its checkpoints are there): a held
+        # hostPath is fixed by a job made anew, a held template by an edit of the job.
+        jobs.patch_spec("escape", {"workers": {"template": {"spec": {
+            "hostPID": None, "volumes": None, "containers": [container()]}}}})  # fmt: skip
+        fixed = jobs.wait("escape", lambda s: len(jobs.pods("escape")) == 2 and (
             condition(s, "InvalidSpec") or {}).get("status") == "False", 60,
             "the fixed job's pods")  # fmt: skip
         assert (condition(fixed, "InvalidSpec") or {})["reason"] == "SpecAccepted"
@@ -706,7 +709,8 @@ def test_a_planted_checkpoint_is_refused_unread_and_the_job_falls_back(
 
     ready = jobs.wait(name, lambda s: len(stable_on_pfs(s)) >= 3, 240, "three stable checkpoints")
     target = max(stable_on_pfs(ready))
-    planted = copies_of_step(local_cluster, tiers["local"]["hostPath"], pfs, target)
+    own_directory = naming.local_tier_host_path(tiers["local"]["hostPath"], job_namespace, name)
+    planted = copies_of_step(local_cluster, own_directory, pfs, target)
     assert len(planted) >= 3, planted  # two nodes' local copies and the PFS parts
     hostile = pickle.dumps(CreatesAFile(f"/stabletrain/pfs/{PLANTED_MARKER}"))
     for copy in planted:
@@ -1076,7 +1080,7 @@ def test_an_older_agent_and_todays_operator_understand_each_other(
     assert relaunch.launch is not None
     directives = relaunch.launch.directives
     assert (directives.attempt, directives.resume_step) == (2, 110), "from the old inventory"
-    wire = json.loads(directives.to_json())
+    wire = json.loads(directives.to_json(for_new_pods=True))  # as the new pods' ConfigMap
     schema = json.loads((recorded / "directives.schema.json").read_text())
     print(f"\n{agent}: trip and status read, rollback to step {directives.resume_step}; "
           f"the relaunch's directives: {sorted(wire)}")  # fmt: skip

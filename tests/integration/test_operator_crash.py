@@ -35,7 +35,11 @@ def test_operator_killed_after_every_rollback_step_finishes_it_exactly_once(
     with running_operator(
         control_plane, api_client, namespace, tmp_path / "operator.log", env
     ) as operator:
-        jobs.create(job_manifest("crash", worker, recovery={"rules": RULES}))
+        # Recreated pods: the relaunch's creates are the steps a crash may interrupt here
+        # (tests/e2e/test_operator_killed.py kills it during a restart in place).
+        jobs.create(
+            job_manifest("crash", worker, recovery={"rules": RULES, "restart": "RecreatePods"})
+        )
         restarts: list[tuple[str, ...]] = []
         deadline = time.monotonic() + 240
         while jobs.status("crash").get("phase") != "Succeeded":

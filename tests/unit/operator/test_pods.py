@@ -12,7 +12,7 @@ from stabletrain_agent.contract import env
 from stabletrain_agent.contract.directives import parse_directives
 from stabletrain_operator import pods
 from stabletrain_operator.observe.pods import pod_facts
-from stabletrain_operator.plan.sent_directives import attempt_directives
+from stabletrain_operator.plan.sent_directives import attempt_directives, with_spec
 
 JOB = pods.JobRef("gpt", "team", "uid-1")
 
@@ -139,7 +139,12 @@ def test_directives_config_map_round_trips() -> None:
                                     lr_scale=0.25, rewarmup_steps=10, skip=())  # fmt: skip
     config_map = pods.build_directives_config_map(JOB, directives)
     assert config_map["metadata"]["name"] == "gpt-a2-directives"
-    assert parse_directives(config_map["data"][env.DIRECTIVES_FILE_KEY]) == directives
+    read = parse_directives(config_map["data"][env.DIRECTIVES_FILE_KEY])
+    # Left to what an older agent assumes: the default rules say no more than tripOn, and
+    # the new pods' environment holds the checkpoint settings. The operator fills them back.
+    assert (read.trip_rules, read.checkpoints) == (None, None)
+    assert read == directives.model_copy(update={"trip_rules": None, "checkpoints": None})
+    assert with_spec(read, spec()) == directives
     assert json.loads(config_map["data"][env.DIRECTIVES_FILE_KEY])["tripOn"] == [
         "NonFinite",
         "LossSpike",

@@ -663,16 +663,32 @@ class CheckpointManager:
                 elif part is not None and part.problem is not None:
                     path = pfs_part_dir(self.config.pfs_root, *key, part_name)
                     problems.setdefault(key, []).append(self._refusal(path, part))
-        local = scan_local(self.config.local_dir, part_name, self._cache)
-        memory_dir = self.config.memory_dir
-        memory = scan_local(memory_dir, part_name, self._cache) if memory_dir else {}
-        for key, check in (*memory.items(), *local.items()):
-            if check.manifest is not None:
-                found[key] = check.manifest
-            elif check.problem is not None:
-                path = local_copy_dir(self.config.local_dir, *key)
-                problems.setdefault(key, []).append(self._refusal(path, check))
+        tiers = [self.config.local_dir]
+        if self.config.memory_dir is not None:
+            tiers.insert(0, self.config.memory_dir)
+        for tier in tiers:
+            for key, check in scan_local(tier, part_name, self._cache).items():
+                if check.manifest is not None:
+                    found[key] = check.manifest
+                elif check.problem is not None:
+                    # the refused copy of this tier: a torn snapshot must never cost the
+                    # local copy of the same step (it was moved aside in its place)
+                    path = local_copy_dir(tier, *key)
+                    if tier == self.config.memory_dir:
+                        problem = self._drop_snapshot(path, check)
+                    else:
+                        problem = self._refusal(path, check)
+                    problems.setdefault(key, []).append(problem)
         return found
+
+    def _drop_snapshot(self, path: Path, check: CopyCheck) -> str:
+        """A memory snapshot that does not verify is dropped, not kept aside: the pod's
+        memory is the training's to spend, and the bytes would only mislead."""
+        problem = check.problem or ""
+        if self.is_node_leader:
+            remove_tree_durable(path)
+            log.error("memory snapshot rejected: %s; dropped", problem)
+        return f"memory snapshot: {problem} (dropped)"
 
     def _refusal(self, path: Path, check: CopyCheck) -> str:
         """The restore report's line for a copy of this node that did not pass its check:

@@ -33,7 +33,7 @@ from stabletrain_agent.contract.names import (
     Signal,
     is_signal_name,
 )
-from stabletrain_agent.contract.trip_rules import TRIP_RULES_MAX, TripRule
+from stabletrain_agent.contract.trip_rules import TRIP_RULES_MAX, TripRule, same_as_trip_on
 
 
 class SkipUnit(StrEnum):
@@ -162,10 +162,17 @@ class Directives(ContractModel):
                 raise ValueError(f"trip_on names {name} but detection.custom does not define it")
         return self
 
-    def to_json(self) -> str:
+    def to_json(self, *, for_new_pods: bool = False) -> str:
         """The wire form: fields at their default left out, so an older agent that does
-        not know a field reads the directives as long as no decision set it."""
-        return self.model_dump_json(exclude_defaults=True)
+        not know a field reads the directives as long as no decision set it. So are rules
+        that say no more than trip_on, and, `for_new_pods` (built from the spec these
+        directives carry), the checkpoint settings their environment holds already."""
+        left_out: set[str] = set()
+        if self.trip_rules is not None and same_as_trip_on(self.trip_rules, self.trip_on):
+            left_out.add("trip_rules")
+        if for_new_pods:
+            left_out.add("checkpoints")
+        return self.model_dump_json(exclude_defaults=True, exclude=left_out)
 
 
 def parse_directives(payload: str | bytes) -> Directives:

@@ -102,7 +102,8 @@ class StartOrder(ContractModel):
     """Run `directives.attempt` in this pod, after stopping whatever runs."""
 
     directives: Directives
-    """The attempt's initial directives, exactly as its ConfigMap holds them."""
+    """The attempt's initial directives, with the checkpoint settings its ConfigMap leaves
+    to a new pod's environment (a kept pod's may be older)."""
     rendezvous_endpoint: str = Field(min_length=1, max_length=ENDPOINT_MAX)
     """torchrun's rendezvous endpoint (host:port) of the attempt: node rank 0's pod."""
     rendezvous_id: str = Field(min_length=1, max_length=RENDEZVOUS_ID_MAX)

@@ -43,6 +43,18 @@ class TripRule(ContractModel):
         return all(name in firing for name in self.while_firing)
 
 
+def same_as_trip_on(rules: Sequence[TripRule], trip_on: Collection[str]) -> bool:
+    """Whether `rules` trip on exactly the signals of `trip_on`, with no condition: then an
+    agent that does not know the rules (they are null) decides every finding the same."""
+    if any(rule.on_classes or rule.while_firing for rule in rules):
+        return False
+    first: dict[str, bool] = {}
+    for rule in rules:
+        for signal in rule.on_signals:
+            first.setdefault(signal, rule.stops)
+    return {signal for signal, stops in first.items() if stops} == set(trip_on)
+
+
 def stops_on(
     rules: Sequence[TripRule], signal: str, anomaly_class: AnomalyClass, firing: Collection[str]
 ) -> bool:
