@@ -675,16 +675,16 @@ class CheckpointManager:
                     # local copy of the same step (it was moved aside in its place)
                     path = local_copy_dir(tier, *key)
                     if tier == self.config.memory_dir:
-                        problem = self._drop_snapshot(path, check)
+                        problem = self._drop_snapshot(path, check.problem or "")
                     else:
                         problem = self._refusal(path, check)
                     problems.setdefault(key, []).append(problem)
         return found
 
-    def _drop_snapshot(self, path: Path, check: CopyCheck) -> str:
-        """A memory snapshot that does not verify is dropped, not kept aside: the pod's
-        memory is the training's to spend, and the bytes would only mislead."""
-        problem = check.problem or ""
+    def _drop_snapshot(self, path: Path, problem: object) -> str:
+        """A memory snapshot that does not verify is dropped by the node leader, not kept
+        aside: the pod's memory is the training's to spend, and the bytes would only
+        mislead. The restore report's line for it."""
         if self.is_node_leader:
             remove_tree_durable(path)
             log.error("memory snapshot rejected: %s; dropped", problem)
@@ -755,9 +755,7 @@ class CheckpointManager:
             load_metadata(snapshot, manifest)
             return True
         except CheckpointCorruptError as error:
-            remove_tree_durable(snapshot)
-            rejected.append(f"memory snapshot: {error} (dropped)")
-            log.error("memory snapshot rejected: %s; dropped", error)
+            rejected.append(self._drop_snapshot(snapshot, error))
             return False
 
     def _copy_dir(self, source: Source, step: int, attempt: int) -> Path:
