@@ -51,13 +51,29 @@ class KueueApi:
 
     def patch_workload_status(self, namespace: str, name: str, patch: Json) -> bool:
         """False when the Workload changed since the patch was computed, or is gone."""
-        return _merge_patched(
-            self.custom.patch_namespaced_custom_object_status, namespace, name, patch
-        )
+        try:
+            self.custom.patch_namespaced_custom_object_status(
+                KUEUE_GROUP, KUEUE_VERSION, namespace, WORKLOADS, name, patch,
+                _content_type=MERGE_PATCH,
+            )  # fmt: skip
+        except ApiException as error:
+            if error.status in (HTTPStatus.CONFLICT, HTTPStatus.NOT_FOUND):
+                return False
+            raise
+        return True
 
     def patch_workload(self, namespace: str, name: str, patch: Json) -> bool:
         """Metadata (the finalizers); False on a conflict or when it is gone."""
-        return _merge_patched(self.custom.patch_namespaced_custom_object, namespace, name, patch)
+        try:
+            self.custom.patch_namespaced_custom_object(
+                KUEUE_GROUP, KUEUE_VERSION, namespace, WORKLOADS, name, patch,
+                _content_type=MERGE_PATCH,
+            )  # fmt: skip
+        except ApiException as error:
+            if error.status in (HTTPStatus.CONFLICT, HTTPStatus.NOT_FOUND):
+                return False
+            raise
+        return True
 
     def flavor(self, name: str) -> Json | None:
         try:
@@ -90,18 +106,3 @@ class KueueApi:
             lowest = min(defaults, key=lambda c: c.value)
             return Priority(int(lowest.value), "PriorityClass", str(lowest.metadata.name))
         return Priority(0)
-
-
-def _merge_patched(patch_call: Any, namespace: str, name: str, patch: Json) -> bool:
-    """A merge patch of a Workload (or its status) by `patch_call`; False on a conflict or
-    when it is gone, the other errors raised."""
-    try:
-        patch_call(
-            KUEUE_GROUP, KUEUE_VERSION, namespace, WORKLOADS, name, patch,
-            _content_type=MERGE_PATCH,
-        )  # fmt: skip
-    except ApiException as error:
-        if error.status in (HTTPStatus.CONFLICT, HTTPStatus.NOT_FOUND):
-            return False
-        raise
-    return True
