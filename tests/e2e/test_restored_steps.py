@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from support.localnode import LocalCluster
 from support.operator import Jobs, OperatorProcess
 from support.tinygpt import StepLogs, job_manifest
@@ -80,6 +82,7 @@ RULES = [
 ]
 
 
+@pytest.mark.chaos
 def test_two_spikes_each_attempt_restores_the_step_status_records(
     operator: OperatorProcess, jobs: Jobs, job_namespace: str, local_cluster: LocalCluster
 ) -> None:
@@ -89,7 +92,9 @@ def test_two_spikes_each_attempt_restores_the_step_status_records(
     gone. Before: the operator still listed it (its inventory was a union of every scrape),
     planned it, the pods loaded 75 instead and failed, and a RestartFromLatest resumed next
     to the spike. After: each attempt's pods restore exactly the step status records, no
-    restart, and the job completes."""
+    restart, and the job completes. About 70 s: marked `chaos` (-m chaos) for the cold CI
+    budget; the inventory rules are unit-tested in tests/unit/operator/test_rollback_truth.py
+    (retention's deletions dropped, a second rollback's gone target re-planned)."""
     env = {"TINYGPT_STEPS": "230", "TINYGPT_POISON_SHARDS": "shard-0008,shard-0013"}
     manifest = with_interval(job_manifest("twice", env, recovery={"rules": RULES}), 25, keep=3)
     jobs.create(manifest)
