@@ -482,9 +482,11 @@ FIELD_EFFECTS: dict[str, Effect] = {
         E2E_NAN_AND_KILLED_RANK + "test_a_killed_rank_restarts_in_place_from_the_latest_checkpoint",
     ),
     "spec.recovery.warmStart": _e(
-        "pods (STABLETRAIN_WARM_START for the supervisor, the pod shape)",
+        "pods (STABLETRAIN_WARM_START for the supervisor, the pod shape); preflight "
+        "warm-standby-too-large",
         PODS + "test_in_place_runs_the_command_under_the_supervisor_behind_the_agent_port",
         TORCH + "test_warm_start.py::test_a_torchrun_attempt_is_handed_to_warm_standbys",
+        CHECKLIST + "test_the_warm_standbys_are_judged_against_the_containers_memory_limit",
     ),
     "spec.recovery.confirmTimeoutSeconds": _e(
         "plan.confirm: Confirming ends unconfirmed (ConfirmationTimedOut) once it runs out",

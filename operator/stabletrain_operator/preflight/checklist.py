@@ -21,6 +21,7 @@ from stabletrain_operator.api.spec import (
     CheckpointSelection,
     NoCheckpointDecision,
     RecoveryRule,
+    RestartMode,
     StableTrainingJobSpec,
 )
 from stabletrain_operator.policy.action_registry import kind_of
@@ -39,6 +40,10 @@ MEMORY_TIER_SHARE = 0.5
 """Above this share of the container's memory limit the memory tier leaves training less
 than it takes itself: a warning; at the limit, a severe finding (the kernel OOM-kills the
 container at the first snapshots)."""
+
+WARM_STANDBY_BYTES = 520 * 10**6
+"""Resident memory of one idle standby interpreter with torch and the agent imported
+(measured with torch 2.9.1+cu128 and no GPU; docs/operations.md, Restarts in place)."""
 
 
 class Severity(StrEnum):
@@ -326,6 +331,34 @@ def memory_tier_size(facts: PreflightFacts, spec: StableTrainingJobSpec) -> Find
     )
 
 
+def warm_standby_size(facts: PreflightFacts, spec: StableTrainingJobSpec) -> Finding | None:
+    """The warm start's standbys (torchrun and one interpreter per process, imports done)
+    idle beside the running attempt for the whole run, in the same memory limit."""
+    if spec.recovery.restart is not RestartMode.IN_PLACE or not spec.recovery.warm_start:
+        return None
+    limit = container_memory_limit(facts, spec)
+    interpreters = spec.workers.processes_per_node + 1
+    needed = interpreters * WARM_STANDBY_BYTES
+    if limit is None or needed < limit * MEMORY_TIER_SHARE:
+        return None
+    over = needed >= limit
+    outcome = (
+        "the kernel kills the container before training has any memory"
+        if over
+        else f"more than {MEMORY_TIER_SHARE:.0%} of it, leaving training the rest"
+    )
+    return Finding(
+        "warm-standby-too-large",
+        Severity.SEVERE if over else Severity.WARNING,
+        f"the warm start keeps {interpreters} standby interpreter(s) (torchrun and one per "
+        f"rank, torch imported) of about {_size(WARM_STANDBY_BYTES)} each in the pod, "
+        f"{_size(needed)} in all, against the training container's memory limit of "
+        f"{_size(limit)}: {outcome}",
+        f"raise the training container's resources.limits.memory by {_size(needed)}, or "
+        "start restarts cold (recovery.warmStart: false)",
+    )
+
+
 @dataclass(frozen=True)
 class _Depth:
     """How far back a Rollback rule may need a checkpoint, at its deepest escalation."""
@@ -454,6 +487,7 @@ CHECKS: tuple[Check, ...] = (
     local_size_limit,
     local_retention_capped,
     memory_tier_size,
+    warm_standby_size,
     _retention_depth("local"),
     _retention_depth("pfs"),
     no_data_skipping,

@@ -204,7 +204,12 @@ def test_the_local_tier_is_judged_by_what_the_agent_keeps_under_its_size_limit()
     assert "raise checkpoints.local.sizeLimit to 6.0 GiB" in line
 
 
-def with_memory_limit(limit: str | None, processes: int = 1, **checkpoints: Any) -> Any:
+def with_memory_limit(
+    limit: str | None,
+    processes: int = 1,
+    recovery: dict[str, Any] | None = None,
+    **checkpoints: Any,
+) -> Any:
     container: dict[str, Any] = {"name": "t", "command": ["x"]}
     if limit is not None:
         container["resources"] = {"limits": {"memory": limit}}
@@ -219,6 +224,7 @@ def with_memory_limit(limit: str | None, processes: int = 1, **checkpoints: Any)
             "intervalSteps": 200,
             **checkpoints,
         },
+        **({"recovery": recovery} if recovery is not None else {}),
     )
 
 
@@ -254,6 +260,28 @@ def test_no_memory_tier_or_no_limit_means_no_memory_finding() -> None:
     assert memory_findings(facts, with_memory_limit("2Gi", memory={"intervalSteps": 0})) == []
     assert memory_findings(facts, with_memory_limit(None)) == []
     assert memory_findings(facts, with_memory_limit("lots")) == []
+
+
+def standby_findings(facts: PreflightFacts, spec: StableTrainingJobSpec) -> list[Any]:
+    return [f for f in evaluate(facts, spec) if f.check == "warm-standby-too-large"]
+
+
+def test_the_warm_standbys_are_judged_against_the_containers_memory_limit() -> None:
+    """Torchrun and one interpreter per rank, about 520 MB each: 1.5 GiB with 2 ranks."""
+    facts = clean_facts()
+    assert standby_findings(facts, with_memory_limit("4Gi", processes=2)) == []
+    (warning,) = standby_findings(facts, with_memory_limit("2Gi", processes=2))
+    assert warning.severity is Severity.WARNING
+    assert "3 standby interpreter(s)" in warning.message
+    assert "1.5 GiB in all" in warning.message
+    (severe,) = standby_findings(facts, with_memory_limit("1Gi", processes=2))
+    assert severe.severity is Severity.SEVERE
+    assert "recovery.warmStart: false" in severe.fix
+    cold = {"warmStart": False}
+    assert standby_findings(facts, with_memory_limit("1Gi", processes=2, recovery=cold)) == []
+    recreate = {"restart": "RecreatePods"}
+    assert standby_findings(facts, with_memory_limit("1Gi", 2, recovery=recreate)) == []
+    assert standby_findings(facts, with_memory_limit(None, processes=2)) == []
 
 
 def test_retention_that_cannot_hold_an_escalated_rollback_warns_per_tier() -> None:
