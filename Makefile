@@ -60,9 +60,10 @@ unit: $(STAMP) $(UNIT_NEEDS) ## the tests that need no cluster; the chart's too 
 
 # The set-up's three parts share nothing (pip into the virtualenv; the Go builds; the Debian
 # packages and the images): side by side, pip and apt wait on the network while Go uses the
-# cores, which takes minutes off a cold run. Lint needs the virtualenv, so it comes after.
+# cores, which takes minutes off a cold run (their progress lines interleave, each named).
+# Lint needs the virtualenv, so it comes after.
 test: ## everything CI runs: lint, unit, integration, end-to-end and real-node tests (those skip, saying why, without root)
-	@$(MAKE) --no-print-directory -j3 --output-sync=line $(STAMP) k8s-bins images
+	@$(MAKE) --no-print-directory -j3 $(STAMP) k8s-bins images
 	@$(MAKE) --no-print-directory lint
 	$(PY) -m pytest --durations=15 $(PYTEST_ARGS)
 
