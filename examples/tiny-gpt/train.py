@@ -169,8 +169,10 @@ class StepLog:
 
 
 def main() -> None:
+    entered = time.time()  # after torchrun's rendezvous and this interpreter's imports
     args = parse_args()
     dist.init_process_group("gloo")
+    joined = time.time()
     rank, world = dist.get_rank(), dist.get_world_size()
     attempt = int(os.environ.get(env.ATTEMPT, "0"))
     faults = faults_from(args)
@@ -208,6 +210,7 @@ def main() -> None:
         lambda: next_shard(batches, corpus),
         corpus.poison,
     )
+    built = time.time()
     try:  # exactly the step the operator planned (0: nothing), or stop and say why
         restored = restore_planned(
             manager, guard.applied, termination_path=guard.env.termination_path
@@ -225,6 +228,9 @@ def main() -> None:
             "generation": guard.applied_generation,
             "lr_scale": guard.lr.scale,
             "poisoned": sorted(corpus.poisoned),
+            "entered": entered,
+            "joined": joined,
+            "built": built,
         }
     )
     try:

@@ -158,6 +158,31 @@ class Recorder:
 
 
 @dataclass(frozen=True)
+class StartStages:
+    """When the last rank of an attempt got past each stage of its start (train.py's start
+    record): the script's main entered (behind it torchrun's rendezvous and, started cold,
+    the interpreter's imports), the process group joined, the model, data and agent built,
+    the planned checkpoint restored."""
+
+    entered_at: float
+    joined_at: float
+    built_at: float
+    restored_at: float
+
+    @classmethod
+    def of(cls, logs: StepLogs, attempt: int, ranks: int) -> StartStages | None:
+        starts = [
+            next((e for e in logs.events(attempt, rank) if e["event"] == "start"), None)
+            for rank in range(ranks)
+        ]
+        if any(s is None or "entered" not in s for s in starts):
+            return None  # a rank that never started, or a script that does not say
+        known = [s for s in starts if s is not None]
+        return cls(*(max(float(s[key]) for s in known)
+                     for key in ("entered", "joined", "built", "time")))  # fmt: skip
+
+
+@dataclass(frozen=True)
 class RollbackTimeline:
     """One rollback, times in seconds since the epoch (None: not observed)."""
 
@@ -177,6 +202,8 @@ class RollbackTimeline:
     """Pods of the next attempt whose processes were restarted in place."""
     replaced: int = 0
     """Pods of the next attempt created anew."""
+    start: StartStages | None = None
+    """Where the next attempt's start went, from its ranks' own start records."""
 
     @property
     def steps_lost(self) -> int:
@@ -204,6 +231,13 @@ class RollbackTimeline:
             ("pods relaunched", rel(self.relaunched_at),
              f"attempt {after} started: {self.restarted_in_place} pod(s) in place, "
              f"{self.replaced} new"),
+            *(
+                [("script entered", rel(self.start.entered_at), "every rank's main()"),
+                 ("process group joined", rel(self.start.joined_at), "gloo"),
+                 ("model, data, agent", rel(self.start.built_at), "built"),
+                 ("checkpoint restored", rel(self.start.restored_at), "every rank")]
+                if self.start is not None else []
+            ),
             ("first resumed step", rel(self.first_resumed_step_at), f"step {self.resume_step + 1}"),
             ("directives confirmed", rel(self.confirmed_at), "phase Confirming left"),
         ]  # fmt: skip
@@ -303,6 +337,7 @@ def rollback_timeline(
         confirmed_at=confirmed_at,
         restarted_in_place=kept,
         replaced=new,
+        start=StartStages.of(logs, from_attempt + 1, nodes),
     )
 
 
