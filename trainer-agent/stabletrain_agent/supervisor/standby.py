@@ -56,7 +56,7 @@ class StandbyLauncher:
         with self._lock:
             if self._timer is not None:
                 self._timer.cancel()  # a standby not started yet: this attempt starts cold
-            standby, pumps, self._standby = self._standby, self._standby_pumps, None
+            standby, self._standby = self._standby, None
         if is_torchrun(argv) and standby is not None and standby.poll() is None:
             assert standby.stdin is not None
             try:
@@ -65,7 +65,7 @@ class StandbyLauncher:
             except OSError as error:
                 _log.warning("supervisor: the standby launcher is gone (%s): cold start", error)
             else:
-                launched = Launched(standby.pid, pumps, warm=True, process=standby)
+                launched = Launched(standby.pid, self._standby_pumps, warm=True, process=standby)
                 self._prepare_later()
                 return launched
         elif standby is not None:
