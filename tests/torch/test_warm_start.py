@@ -114,21 +114,3 @@ def test_a_command_that_is_not_torchrun_starts_cold(tmp_path: Path) -> None:
     finally:
         launcher.close()
         reaper.close()
-
-
-def test_the_next_attempts_standby_starts_after_the_delay(tmp_path: Path) -> None:
-    """Its imports would take the cores from the attempt's own start: none right after the
-    launch (an attempt stopped then starts cold), one once the delay has passed."""
-    tail = Tail(4096)
-    launcher = StandbyLauncher(tail, dict(os.environ), delay=1.0)
-    reaper = Reaper(everything=False)
-    try:
-        launched = launcher.launch([TORCHRUN, "--help"], dict(os.environ))
-        reaper.watch(launched.pid)
-        assert launcher.spare_pids() == (), "no standby inside the delay"
-        time.sleep(2.0)
-        assert len(launcher.spare_pids()) == 1, "the standby once the delay has passed"
-        assert reaper.wait(launched.pid, 60) is not None
-    finally:
-        launcher.close()
-        reaper.close()

@@ -41,12 +41,9 @@ MEMORY_TIER_SHARE = 0.5
 than it takes itself: a warning; at the limit, a severe finding (the kernel OOM-kills the
 container at the first snapshots)."""
 
-WARM_LAUNCHER_BYTES = 515 * 10**6
-"""Resident memory of the idle standby torchrun (torch imported), measured with torch
-2.9.1+cu128 and no GPU (docs/operations.md, Restarts in place)."""
-WARM_WORKER_BYTES = 640 * 10**6
-"""Resident memory of one idle standby worker (torch, torch._dynamo and the agent imported),
-measured as WARM_LAUNCHER_BYTES."""
+WARM_STANDBY_BYTES = 520 * 10**6
+"""Resident memory of one idle standby interpreter with torch and the agent imported
+(measured with torch 2.9.1+cu128 and no GPU; docs/operations.md, Restarts in place)."""
 
 
 class Severity(StrEnum):
@@ -340,8 +337,8 @@ def warm_standby_size(facts: PreflightFacts, spec: StableTrainingJobSpec) -> Fin
     if spec.recovery.restart is not RestartMode.IN_PLACE or not spec.recovery.warm_start:
         return None
     limit = container_memory_limit(facts, spec)
-    ranks = spec.workers.processes_per_node
-    needed = WARM_LAUNCHER_BYTES + ranks * WARM_WORKER_BYTES
+    interpreters = spec.workers.processes_per_node + 1
+    needed = interpreters * WARM_STANDBY_BYTES
     if limit is None or needed < limit * MEMORY_TIER_SHARE:
         return None
     over = needed >= limit
@@ -353,10 +350,10 @@ def warm_standby_size(facts: PreflightFacts, spec: StableTrainingJobSpec) -> Fin
     return Finding(
         "warm-standby-too-large",
         Severity.SEVERE if over else Severity.WARNING,
-        f"the warm start keeps a standby torchrun (about {_size(WARM_LAUNCHER_BYTES)}) and "
-        f"one standby interpreter for each of its {ranks} rank(s) (about "
-        f"{_size(WARM_WORKER_BYTES)} each, torch imported) in the pod, {_size(needed)} in "
-        f"all, against the training container's memory limit of {_size(limit)}: {outcome}",
+        f"the warm start keeps {interpreters} standby interpreter(s) (torchrun and one per "
+        f"rank, torch imported) of about {_size(WARM_STANDBY_BYTES)} each in the pod, "
+        f"{_size(needed)} in all, against the training container's memory limit of "
+        f"{_size(limit)}: {outcome}",
         f"raise the training container's resources.limits.memory by {_size(needed)}, or "
         "start restarts cold (recovery.warmStart: false)",
     )
