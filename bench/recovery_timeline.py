@@ -44,7 +44,7 @@ FAULTS: dict[str, dict[str, str | None]] = {
         "TINYGPT_KILL_AT": "70",
         "TINYGPT_KILL_RANK": "1",
         # 0.1 s a step: the kill comes about 10 s into the attempt, as a real one comes long
-        # after its start, when the next attempt's standby (started 5 s in) is ready
+        # after its start, when the next attempt's standby has done its imports
         "TINYGPT_STEP_SECONDS": "0.1",
     },
 }
