@@ -303,23 +303,32 @@ def container_memory_limit(facts: PreflightFacts, spec: StableTrainingJobSpec) -
         return None  # the API server validates pod quantities; not this check's business
 
 
+def _share_of_memory_limit(needed: int, limit: int | None) -> Severity | None:
+    """What `needed` bytes held in the training container mean against its memory limit:
+    nothing below MEMORY_TIER_SHARE of it (or without a limit), a warning above, severe at
+    the limit itself (the kernel OOM-kills the container)."""
+    if limit is None or needed < limit * MEMORY_TIER_SHARE:
+        return None
+    return Severity.SEVERE if needed >= limit else Severity.WARNING
+
+
 def memory_tier_size(facts: PreflightFacts, spec: StableTrainingJobSpec) -> Finding | None:
     if not spec.checkpoints.memory.interval_steps or facts.checkpoint_bytes_estimate == 0:
         return None
     limit = container_memory_limit(facts, spec)
     needed = memory_tier_bytes(facts, spec)
-    if limit is None or needed < limit * MEMORY_TIER_SHARE:
+    severity = _share_of_memory_limit(needed, limit)
+    if severity is None or limit is None:
         return None
-    over = needed >= limit
     ranks = spec.workers.processes_per_node
     outcome = (
         "the kernel kills the container at the first snapshots"
-        if over
+        if severity is Severity.SEVERE
         else f"more than {MEMORY_TIER_SHARE:.0%} of it, leaving training the rest"
     )
     return Finding(
         "memory-tier-too-large",
-        Severity.SEVERE if over else Severity.WARNING,
+        severity,
         f"the memory tier holds {MEMORY_SNAPSHOTS_HELD} snapshots of about "
         f"{_size(facts.checkpoint_bytes_estimate)} in the pod's memory plus a staging copy "
         f"for each of its {ranks} rank(s), {_size(needed)} in all, against the training "
@@ -339,17 +348,17 @@ def warm_standby_size(facts: PreflightFacts, spec: StableTrainingJobSpec) -> Fin
     limit = container_memory_limit(facts, spec)
     interpreters = spec.workers.processes_per_node + 1
     needed = interpreters * WARM_STANDBY_BYTES
-    if limit is None or needed < limit * MEMORY_TIER_SHARE:
+    severity = _share_of_memory_limit(needed, limit)
+    if severity is None or limit is None:
         return None
-    over = needed >= limit
     outcome = (
         "the kernel kills the container before training has any memory"
-        if over
+        if severity is Severity.SEVERE
         else f"more than {MEMORY_TIER_SHARE:.0%} of it, leaving training the rest"
     )
     return Finding(
         "warm-standby-too-large",
-        Severity.SEVERE if over else Severity.WARNING,
+        severity,
         f"the warm start keeps {interpreters} standby interpreter(s) (torchrun and one per "
         f"rank, torch imported) of about {_size(WARM_STANDBY_BYTES)} each in the pod, "
         f"{_size(needed)} in all, against the training container's memory limit of "

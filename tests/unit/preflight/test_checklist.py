@@ -228,8 +228,12 @@ def with_memory_limit(
     )
 
 
+def findings_of(check: str, facts: PreflightFacts, spec: StableTrainingJobSpec) -> list[Any]:
+    return [f for f in evaluate(facts, spec) if f.check == check]
+
+
 def memory_findings(facts: PreflightFacts, spec: StableTrainingJobSpec) -> list[Any]:
-    return [f for f in evaluate(facts, spec) if f.check == "memory-tier-too-large"]
+    return findings_of("memory-tier-too-large", facts, spec)
 
 
 def test_the_memory_tier_is_judged_against_the_containers_memory_limit() -> None:
@@ -263,7 +267,7 @@ def test_no_memory_tier_or_no_limit_means_no_memory_finding() -> None:
 
 
 def standby_findings(facts: PreflightFacts, spec: StableTrainingJobSpec) -> list[Any]:
-    return [f for f in evaluate(facts, spec) if f.check == "warm-standby-too-large"]
+    return findings_of("warm-standby-too-large", facts, spec)
 
 
 def test_the_warm_standbys_are_judged_against_the_containers_memory_limit() -> None:
