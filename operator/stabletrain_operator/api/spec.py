@@ -548,9 +548,10 @@ class RecoverySpec(ApiModel):
     warm_start: bool = True
     """With restart InPlace: the supervisor keeps a standby torchrun for the next attempt,
     with torchrun and one standby worker per process already started and their imports
-    done (torch, the agent), so a restart skips the interpreters' cold start. The standbys
-    idle in the pod's memory (about one interpreter with torch imported per process, plus
-    one for torchrun) and count against its limit; false starts every attempt cold. Takes
+    done (torch, `torch._dynamo`, the agent), so a restart skips the interpreters' cold
+    start. The standbys idle in the pod's memory (about one interpreter with torch imported
+    per process, plus one for torchrun) and count against its limit; false starts every
+    attempt cold. Takes
     effect in pods created after the change (a pod-shaping field: the next recovery
     replaces the pods)."""
     confirm_timeout_seconds: int = Field(default=10_800, ge=60, le=7 * 86_400)

@@ -41,9 +41,12 @@ MEMORY_TIER_SHARE = 0.5
 than it takes itself: a warning; at the limit, a severe finding (the kernel OOM-kills the
 container at the first snapshots)."""
 
-WARM_STANDBY_BYTES = 520 * 10**6
-"""Resident memory of one idle standby interpreter with torch and the agent imported
-(measured with torch 2.9.1+cu128 and no GPU; docs/operations.md, Restarts in place)."""
+WARM_LAUNCHER_BYTES = 515 * 10**6
+"""Resident memory of the idle standby torchrun (torch imported), measured with torch
+2.9.1+cu128 and no GPU (docs/operations.md, Restarts in place)."""
+WARM_WORKER_BYTES = 640 * 10**6
+"""Resident memory of one idle standby worker (torch, torch._dynamo and the agent imported),
+measured as WARM_LAUNCHER_BYTES."""
 
 
 class Severity(StrEnum):
@@ -346,8 +349,8 @@ def warm_standby_size(facts: PreflightFacts, spec: StableTrainingJobSpec) -> Fin
     if spec.recovery.restart is not RestartMode.IN_PLACE or not spec.recovery.warm_start:
         return None
     limit = container_memory_limit(facts, spec)
-    interpreters = spec.workers.processes_per_node + 1
-    needed = interpreters * WARM_STANDBY_BYTES
+    ranks = spec.workers.processes_per_node
+    needed = WARM_LAUNCHER_BYTES + ranks * WARM_WORKER_BYTES
     severity = _share_of_memory_limit(needed, limit)
     if severity is None or limit is None:
         return None
@@ -359,10 +362,10 @@ def warm_standby_size(facts: PreflightFacts, spec: StableTrainingJobSpec) -> Fin
     return Finding(
         "warm-standby-too-large",
         severity,
-        f"the warm start keeps {interpreters} standby interpreter(s) (torchrun and one per "
-        f"rank, torch imported) of about {_size(WARM_STANDBY_BYTES)} each in the pod, "
-        f"{_size(needed)} in all, against the training container's memory limit of "
-        f"{_size(limit)}: {outcome}",
+        f"the warm start keeps a standby torchrun (about {_size(WARM_LAUNCHER_BYTES)}) and "
+        f"one standby interpreter for each of its {ranks} rank(s) (about "
+        f"{_size(WARM_WORKER_BYTES)} each, torch imported) in the pod, {_size(needed)} in "
+        f"all, against the training container's memory limit of {_size(limit)}: {outcome}",
         f"raise the training container's resources.limits.memory by {_size(needed)}, or "
         "start restarts cold (recovery.warmStart: false)",
     )

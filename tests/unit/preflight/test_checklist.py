@@ -271,13 +271,13 @@ def standby_findings(facts: PreflightFacts, spec: StableTrainingJobSpec) -> list
 
 
 def test_the_warm_standbys_are_judged_against_the_containers_memory_limit() -> None:
-    """Torchrun and one interpreter per rank, about 520 MB each: 1.5 GiB with 2 ranks."""
+    """Torchrun (515 MB) and one interpreter per rank (640 MB): 1.7 GiB with 2 ranks."""
     facts = clean_facts()
     assert standby_findings(facts, with_memory_limit("4Gi", processes=2)) == []
     (warning,) = standby_findings(facts, with_memory_limit("2Gi", processes=2))
     assert warning.severity is Severity.WARNING
-    assert "3 standby interpreter(s)" in warning.message
-    assert "1.5 GiB in all" in warning.message
+    assert "each of its 2 rank(s)" in warning.message
+    assert "1.7 GiB in all" in warning.message
     (severe,) = standby_findings(facts, with_memory_limit("1Gi", processes=2))
     assert severe.severity is Severity.SEVERE
     assert "recovery.warmStart: false" in severe.fix

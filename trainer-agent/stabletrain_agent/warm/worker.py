@@ -12,6 +12,7 @@ import runpy
 import sys
 
 import torch
+import torch._dynamo  # DDP's constructor (and FSDP, torch.compile) import it: 1.3 s of a start
 import torch.distributed  # noqa: F401
 
 import stabletrain_agent.guard  # noqa: F401 - the agent's torch side, which scripts import
