@@ -118,13 +118,7 @@ def write_needed(
     per `progress_seconds`."""
     if after == before:
         return False
-    if beyond_progress(before, after):
+    unchanged_progress = {name: getattr(before, name) for name in PROGRESS_FIELDS}
+    if after.model_copy(update=unchanged_progress) != before:
         return True
     return now - progress_written_at >= progress_seconds
-
-
-def beyond_progress(before: StableTrainingJobStatus, after: StableTrainingJobStatus) -> bool:
-    """True when `after` changes more than the progress numbers (a phase, a condition, a
-    counter): a decision, written at once and on the decision threads."""
-    unchanged_progress = {name: getattr(before, name) for name in PROGRESS_FIELDS}
-    return after.model_copy(update=unchanged_progress) != before

@@ -37,9 +37,8 @@ FANOUT = 8
 took 60 s to stop and 65 s to relaunch on the local control plane (bench/operator_scale.py
 --big-job 256)."""
 CONNECTION_POOL = 32
-"""Connections to the API server kept for reuse: the reconciles' worker threads, the
-decision threads and a launch's FANOUT together, which the client's default (5 per core)
-would discard and reopen."""
+"""Connections to the API server kept for reuse: the reconciles' worker threads and a
+launch's FANOUT together, which the client's default (5 per core) would discard and reopen."""
 
 
 def each(call: Callable[[T], object], items: Sequence[T]) -> None:

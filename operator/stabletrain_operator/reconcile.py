@@ -34,18 +34,9 @@ from stabletrain_operator import metrics, naming, pods
 from stabletrain_operator.api.constants import Phase, Reason
 from stabletrain_operator.api.spec import RecoverySpec, StableTrainingJobSpec
 from stabletrain_operator.api.status import StableTrainingJobStatus
-from stabletrain_operator.decision_threads import on_decision_thread
 from stabletrain_operator.directive_put import AgentUnreachableError, put_directives
 from stabletrain_operator.finite import non_finite_replaced
-from stabletrain_operator.jobview import (
-    JobView,
-    Source,
-    beyond_progress,
-    identity,
-    parse,
-    source,
-    write_needed,
-)
+from stabletrain_operator.jobview import JobView, Source, identity, parse, source, write_needed
 from stabletrain_operator.kube import Kube, StaleStatusError, each
 from stabletrain_operator.machine import Launch, Transition, World, advance
 from stabletrain_operator.observe import rejected_copies
@@ -686,9 +677,8 @@ async def _record(
             clock.mark("queued for a thread")
         return kube.write_status(key.namespace, key.name, view.resource_version, body)
 
-    on_thread = on_decision_thread if beyond_progress(view.status, status) else asyncio.to_thread
     try:
-        written = await on_thread(write)
+        written = await asyncio.to_thread(write)
     except StaleStatusError:
         memory.view = None
         raise

@@ -52,8 +52,7 @@ API_THREADS = 16
 """Threads for the daemons' blocking API calls (status writes, pod deletes, launches, reads).
 With asyncio's default of 6 on 2 cores, 1,000 jobs queued each tick's calls behind some 30
 others a second: 3-15 s per hop, and a trip waited for several (bench/operator_scale.py).
-Below kube.CONNECTION_POOL, which also serves decision_threads and the fan-out of a big job's
-pods."""
+Below kube.CONNECTION_POOL, which also serves the fan-out of a big job's pods."""
 
 
 @kopf.on.startup()
