@@ -16,7 +16,7 @@ clean run's, the checkpoint and orphan checks, `chaos.json` and `chaos.png`.
     PYTHONPATH=tests .venv/bin/python bench/chaos.py [--minutes 15] [--seed 7] [--interval 120]
 
 Targets (reported, never asserted): every fault healed with the action its kind expects and
-no human action, ETTR >= 80% at one fault per 120 s, final loss within 3% of the clean run.
+no human action, ETTR >= 95% at one fault per 120 s, final loss within 3% of the clean run.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from support.chaos.measure import LIVE_WINDOW_S, FaultResult, Incident, Summary
 from support.chaos.run import Applied
 from support.chaos.schedule import Planned
 
-TARGET_ETTR = 0.80
+TARGET_ETTR = 0.95
 TARGET_LOSS = 0.03
 PHASES = ("detect_s", "stop_s", "relaunch_s", "start_s", "lost_s")
 """The parts of a recovery, in the order they happen."""
@@ -114,13 +114,13 @@ def breakdown_lines(results: Sequence[FaultResult]) -> list[str]:
         )
     restarts = [r for r in results if r.stop_s is not None and r.relaunch_s is not None]
     if restarts:
-        pods = statistics.fmean((r.stop_s or 0.0) + (r.relaunch_s or 0.0) for r in restarts)
-        every = [sum(getattr(r, p) or 0.0 for p in PHASES) for r in restarts]
-        share = pods / statistics.fmean(every) if statistics.fmean(every) else 0.0
+        means = {p: statistics.fmean(getattr(r, p) or 0.0 for r in restarts) for p in PHASES}
+        every = sum(means.values())
         lines.append(
-            f"  restarting the training processes inside the running pods instead of recreating "
-            f"pods would remove stop + relaunch: {pods:.1f} s of {statistics.fmean(every):.1f} s "
-            f"per recovery ({share:.0%}); detection, process start and the steps lost stay"
+            f"  per recovery, mean of {len(restarts)}: {every:.1f} s, of which detection "
+            f"{means['detect_s']:.1f} s, stop + relaunch "
+            f"{means['stop_s'] + means['relaunch_s']:.1f} s, process start "
+            f"{means['start_s']:.1f} s, steps lost {means['lost_s']:.1f} s"
         )
     return lines
 
