@@ -551,9 +551,8 @@ class RecoverySpec(ApiModel):
     done (torch, `torch._dynamo`, the agent), so a restart skips the interpreters' cold
     start. The standbys idle in the pod's memory (about one interpreter with torch imported
     per process, plus one for torchrun) and count against its limit; false starts every
-    attempt cold. Takes
-    effect in pods created after the change (a pod-shaping field: the next recovery
-    replaces the pods)."""
+    attempt cold. Takes effect in pods created after the change (a pod-shaping field: the
+    next recovery replaces the pods)."""
     confirm_timeout_seconds: int = Field(default=10_800, ge=60, le=7 * 86_400)
     """How long after a rollback's decision the run may take to pass the old onset plus the
     detection window with the signal quiet (phase Confirming). Past it the job goes back to
