@@ -18,6 +18,7 @@ FROM ${PYTHON_IMAGE} AS wheel
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 COPY pyproject.toml README.md ./
+COPY contract ./contract
 COPY operator ./operator
 COPY trainer-agent ./trainer-agent
 RUN python -m pip wheel --no-deps --wheel-dir /wheels .

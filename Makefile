@@ -36,10 +36,10 @@ node-runtime: ## install containerd, runc, CNI plugins, nftables and the image t
 images: node-runtime ## build (cached, rebuilt when inputs change) the base, pause and operator images for the real node
 	@set -o pipefail; bash hack/images.sh | awk -F'\t' '{printf "  %-9s %-52s %5.0f MB\n", $$1, $$2, $$4 / 1e6}'
 
-lint: $(STAMP) ## ruff, mypy --strict on both packages, import contracts
+lint: $(STAMP) ## ruff, mypy --strict on the three packages, import contracts
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy -p stabletrain_agent -p stabletrain_operator
+	$(VENV)/bin/mypy -p stabletrain_contract -p stabletrain_agent -p stabletrain_operator
 	MYPYPATH=tests $(VENV)/bin/mypy -p support
 	$(VENV)/bin/lint-imports
 
@@ -71,7 +71,7 @@ realnode: $(STAMP) k8s-bins images ## the real-node tier alone: helm install of 
 	$(PY) -m pytest --durations=5 -m realnode $(PYTEST_ARGS)
 
 crds: $(STAMP) ## regenerate crds/, the chart's CRD copy and docs/api.md from the pydantic models
-	$(PY) -m stabletrain_operator.api.crdgen
+	$(PY) -m stabletrain_operator.generate.crds
 
 demo: $(STAMP) k8s-bins ## the self-healing demo: a tiny GPT, a poisoned shard, a rollback (timeline, Events, out/demo/*.png)
 	PYTHONPATH=tests $(PY) examples/tiny-gpt/demo.py --out out/demo

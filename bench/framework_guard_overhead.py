@@ -63,10 +63,10 @@ from transformers import (
     get_constant_schedule_with_warmup,
 )
 
-from stabletrain_agent.contract import env
 from stabletrain_agent.data import Shard
 from stabletrain_agent.data.loader import SkipAwareLoader
 from stabletrain_agent.integrations import hf, lightning
+from stabletrain_contract import env
 
 TINY_GPT = Path(__file__).resolve().parents[1] / "examples" / "tiny-gpt"
 SHARD_SAMPLES = 256

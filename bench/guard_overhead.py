@@ -35,10 +35,10 @@ import torch
 
 from stabletrain_agent.checkpoint.manager import CheckpointConfig, CheckpointManager
 from stabletrain_agent.checkpoint.states import ModelOptimizerState
-from stabletrain_agent.contract.directives import Directives
 from stabletrain_agent.data import Shard, ShardedBatches
-from stabletrain_agent.directive_inbox import DirectiveSource
+from stabletrain_agent.endpoint.directive_inbox import DirectiveSource
 from stabletrain_agent.guard import Guard, GuardEnv
+from stabletrain_contract.directives import Directives
 
 MODEL_PATH = Path(__file__).resolve().parents[1] / "examples" / "tiny-gpt" / "model.py"
 SYNC_POINTS = ("item", "__bool__", "__float__", "__int__", "__index__", "tolist", "cpu", "numpy")

@@ -49,7 +49,7 @@ from typing import Any
 
 from kubernetes import client, config, watch
 
-from stabletrain_agent.contract.supervisor import ProcessState
+from stabletrain_contract.supervisor import ProcessState
 from stabletrain_operator.api.constants import GROUP, PLURAL, VERSION
 from support.controlplane import ControlPlane, request_counts, running_control_plane
 from support.operator import create_claim, install_crd, job_manifest

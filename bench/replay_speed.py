@@ -32,10 +32,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from stabletrain_agent.signals.monitor import SignalMonitor, StepObservation
+from stabletrain_contract.signals.monitor import SignalMonitor, StepObservation
 from stabletrain_operator.cli.replay.history import MetricsHistory, read_history
 from stabletrain_operator.cli.replay.policy_file import default_policy
-from stabletrain_operator.cli.replay.run import replay
+from stabletrain_operator.cli.replay.replay_loop import replay
 from stabletrain_operator.policy import trip_signals
 
 TARGET_SECONDS = 2.0

@@ -55,7 +55,7 @@ key_of() { sha256sum | cut -c1-16; }
 context_key() { # the files the Dockerfile's build context holds (see .dockerignore)
     (
         cd "$repo"
-        find pyproject.toml README.md operator trainer-agent -type f \
+        find pyproject.toml README.md contract operator trainer-agent -type f \
             -not -path '*/__pycache__/*' -not -name '*.pyc' -not -path '*/.mypy_cache/*' \
             -not -path '*/.ruff_cache/*' -print0 | sort -z | xargs -0 sha256sum
         sha256sum Dockerfile .dockerignore

@@ -42,11 +42,11 @@ from triggers import TriggerBox, shard_read_next
 from stabletrain_agent.checkpoint.manager import CheckpointConfig, CheckpointManager
 from stabletrain_agent.checkpoint.planned import RestoreFailed, restore_planned
 from stabletrain_agent.checkpoint.states import ModelOptimizerState, RngState
-from stabletrain_agent.contract import env
 from stabletrain_agent.data import ShardedBatches
 from stabletrain_agent.guard import Guard
-from stabletrain_agent.signals.monitor import Verdict
-from stabletrain_agent.trip_exit import TrainingTripped
+from stabletrain_agent.run_end.trip_exit import TrainingTripped
+from stabletrain_contract import env
+from stabletrain_contract.signals.monitor import Verdict
 
 LOG_SUBDIR = "tiny-gpt-log"
 FAULT_SUBDIR = "tiny-gpt-faults"

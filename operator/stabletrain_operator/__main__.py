@@ -21,14 +21,14 @@ from typing import TypeVar
 
 import kopf
 
-from stabletrain_agent.contract import env
+from stabletrain_contract import env
 from stabletrain_operator import metrics, pods
 from stabletrain_operator.jobview import DEFAULT_PROGRESS_WRITE_SECONDS
 from stabletrain_operator.observe.pacing import DEFAULT_SCRAPE_RATE
 from stabletrain_operator.remediation import DEFAULT_MIN_JOBS, NodeRemediation, NodeVotes
-from stabletrain_operator.tenancy import network_policy, settings
+from stabletrain_operator.tenancy import limits, network_policy
+from stabletrain_operator.tenancy.limits import PodSecurityLevel, TenancySettings
 from stabletrain_operator.tenancy.network_policy import NetworkSettings
-from stabletrain_operator.tenancy.settings import PodSecurityLevel, TenancySettings
 
 T = TypeVar("T")
 
@@ -67,11 +67,11 @@ def _at_least_one(text: str) -> int:
 
 
 def _tenancy_arguments(parser: argparse.ArgumentParser) -> None:
-    """What a job may ask of the cluster (tenancy/settings.py, docs/operations.md)."""
+    """What a job may ask of the cluster (tenancy/limits.py, docs/operations.md)."""
     defaults = TenancySettings()
     parser.add_argument(
         "--host-path-prefixes",
-        type=_checked(settings.parse_host_path_prefixes),
+        type=_checked(limits.parse_host_path_prefixes),
         default=defaults.host_path_prefixes,
         help="comma-separated node directories spec.checkpoints.local.hostPath may name; each "
         "job gets <prefix>/<namespace>/<job> below the one it names; empty: no hostPath "
@@ -79,7 +79,7 @@ def _tenancy_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--local-volume-types",
-        type=_checked(settings.parse_volume_types),
+        type=_checked(limits.parse_volume_types),
         default=defaults.local_volume_types,
         help="comma-separated core/v1 volume sources spec.checkpoints.local.volume may use; "
         f"empty: none (default {','.join(sorted(defaults.local_volume_types))})",

@@ -24,7 +24,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from stabletrain_agent.contract.base import AS_WRITTEN
+from stabletrain_contract.base import AS_WRITTEN
 from stabletrain_operator.api.spec import StableTrainingJobSpec
 from stabletrain_operator.api.status import StableTrainingJobStatus
 

@@ -1,5 +1,6 @@
-"""The job's state machine: Pending -> Running, and every action that needs the pods gone
-as Stopping -> Planning -> Relaunching -> Confirming -> Running (or Failed, Suspended).
+"""The job's state machine: Pending -> Running, and every action that needs the attempt's
+processes ended as Stopping -> Planning -> Relaunching -> Confirming -> Running (or Failed,
+Suspended).
 
 `advance` is a pure function of the persisted status and what was observed this tick; it
 returns the next status and the side effects around its write. The daemon performs the
@@ -17,11 +18,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from stabletrain_agent.contract.channel import AgentStatus
-from stabletrain_agent.contract.directives import Directives, SkipRange
-from stabletrain_agent.contract.names import Action, Signal
-from stabletrain_agent.contract.supervisor import SupervisorReport
-from stabletrain_agent.contract.trip_report import TripReport
+from stabletrain_contract.channel import AgentStatus
+from stabletrain_contract.directives import Directives, SkipRange
+from stabletrain_contract.names import Action, Signal
+from stabletrain_contract.supervisor import SupervisorReport
+from stabletrain_contract.trip_report import TripReport
 from stabletrain_operator import naming
 from stabletrain_operator.api.constants import SKIPS_PER_ACTION, ConditionType, Phase, Reason
 from stabletrain_operator.api.spec import (
@@ -43,9 +44,8 @@ from stabletrain_operator.api.status import (
     StableTrainingJobStatus,
     rounded_loss,
 )
-from stabletrain_operator.conditions import condition
-from stabletrain_operator.finite import finite_or
-from stabletrain_operator.job_conditions import (
+from stabletrain_operator.conditions.entries import condition
+from stabletrain_operator.conditions.job import (
     CREATED_SUSPENDED,
     FAILED_BY_POLICY,
     FAILED_NO_PODS,
@@ -65,8 +65,15 @@ from stabletrain_operator.job_conditions import (
     set_recovering,
     set_suspended,
 )
-from stabletrain_operator.observe.completion import with_final_numbers
-from stabletrain_operator.observe.pods import PodFacts, PodState
+from stabletrain_operator.conditions.preflight_condition import (
+    Notice,
+    PreflightPodResult,
+    from_running_pods,
+    gate,
+)
+from stabletrain_operator.finite import finite_or
+from stabletrain_operator.observe.pod_facts import PodFacts, PodState
+from stabletrain_operator.observe.read_completion import with_final_numbers
 from stabletrain_operator.observe.scrape import ScrapeResult
 from stabletrain_operator.observe.stall import RankProgress
 from stabletrain_operator.plan.checkpoint import (
@@ -90,11 +97,7 @@ from stabletrain_operator.plan.merged_inventory import merged_inventory, without
 from stabletrain_operator.plan.placement import avoided_nodes, remember_suspects, unexpired
 from stabletrain_operator.plan.rollout import Handled, directives_base, settle, take_in_force
 from stabletrain_operator.plan.sent_directives import attempt_directives, live_directives
-from stabletrain_operator.plan.skips import (
-    describe_skip,
-    merge_skip_ranges,
-    skipping_repeat_suspects,
-)
+from stabletrain_operator.plan.skips import merge_skip_ranges, skipping_repeat_suspects
 from stabletrain_operator.platform_policy.effective import EffectivePolicy
 from stabletrain_operator.pods import grace_seconds, pod_shape, supervised
 from stabletrain_operator.policy import (
@@ -107,14 +110,10 @@ from stabletrain_operator.policy import (
 from stabletrain_operator.policy.action_kind import ActionKind, Relaunch, StatusCounter
 from stabletrain_operator.policy.action_registry import LIVE_ACTION_REASONS, kind_of
 from stabletrain_operator.policy.crashloop import crash_loop
+from stabletrain_operator.policy.decision_records import history_entry, stopping_plan
 from stabletrain_operator.policy.incident import Incident, gather_observations
+from stabletrain_operator.policy.skip_wording import describe_skip
 from stabletrain_operator.policy.trips import pod_trips
-from stabletrain_operator.preflight.condition import (
-    Notice,
-    PreflightPodResult,
-    from_running_pods,
-    gate,
-)
 from stabletrain_operator.queue import state as queue_state
 from stabletrain_operator.queue.admission import Admission, Placement
 from stabletrain_operator.scheduling import said, stuck_pods
@@ -293,7 +292,7 @@ def _live_record(
     status: StableTrainingJobStatus, world: World, decision: Decision
 ) -> RollbackRecord:
     """A decision that launches nothing (ReduceLR, Alert) as a history entry."""
-    return RollbackRecord.from_decision(
+    return history_entry(
         decision,
         time=world.now,
         reached_step=status.step,
@@ -838,7 +837,7 @@ def _stop_for(
     kind = kind_of(decision.action)
     counters = _counted(status.counters, kind)
     counters = counters.model_copy(update={"trips": counters.trips + bool(trips)})
-    plan = Plan.from_decision(
+    plan = stopping_plan(
         decision,
         started_at=world.now,
         reached_step=status.step,

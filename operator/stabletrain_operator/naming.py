@@ -27,12 +27,6 @@ AGENT_PORT_NAME = "st-agent"
 """Name of the agent's container port on every worker pod (and of the Service's port)."""
 HOSTNAME_MAX = 63
 """A pod's hostname is a DNS label: the API server refuses a longer one."""
-JOB_NAME_MAX = 40
-"""Longest job name the API server accepts (a CEL rule on metadata.name). Worker hostnames
-are `<job>-a<attempt>-<rank>` and ranks have at most 4 digits (10,000 nodes), so 40
-characters leave 16 digits for the attempt; the preflight pod's `<job>-preflight-g<N>`
-leaves 11 for the spec generation. The operator still checks the exact hostname of every
-attempt before it launches one (tenancy/names.py)."""
 
 
 def service_name(job: str) -> str:

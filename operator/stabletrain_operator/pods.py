@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
-from stabletrain_agent.contract import env
-from stabletrain_agent.contract.directives import Directives, SkipRange
-from stabletrain_agent.contract.supervisor import READY_HTTP_PATH, StartOrder
+from stabletrain_contract import env
+from stabletrain_contract.directives import Directives, SkipRange
+from stabletrain_contract.supervisor import READY_HTTP_PATH, StartOrder
 from stabletrain_operator import naming
 from stabletrain_operator.api.constants import API_VERSION, KIND
 from stabletrain_operator.api.quantity import quantity_bytes
@@ -203,7 +203,7 @@ def checkpoint_env(spec: StableTrainingJobSpec) -> list[Json]:
 
 
 def agent_env(spec: StableTrainingJobSpec, job: JobRef, attempt: int, rank: int) -> list[Json]:
-    """The contract's variables (stabletrain_agent.contract.env) for the trainer-agent."""
+    """The contract's variables (stabletrain_contract.env) for the trainer-agent."""
     token_ref = {
         "secretKeyRef": {"name": naming.token_secret(job.name), "key": env.TOKEN_SECRET_KEY}
     }

@@ -21,27 +21,26 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from stabletrain_agent.contract.base import ContractError
-from stabletrain_agent.contract.channel import new_token, status_credential
-from stabletrain_agent.contract.directives import Directives, SkipRange, parse_directives
-from stabletrain_agent.contract.env import (
+from stabletrain_contract.base import ContractError
+from stabletrain_contract.channel import new_token, status_credential
+from stabletrain_contract.directives import Directives, SkipRange, parse_directives
+from stabletrain_contract.env import (
     CHECKPOINT_KEY_SECRET_KEY,
     DIRECTIVES_FILE_KEY,
     TOKEN_SECRET_KEY,
 )
-from stabletrain_agent.contract.supervisor import StopOrder, SupervisorReport
+from stabletrain_contract.supervisor import StopOrder, SupervisorReport
 from stabletrain_operator import metrics, naming, pods
 from stabletrain_operator.api.constants import Phase, Reason
 from stabletrain_operator.api.spec import RecoverySpec, StableTrainingJobSpec
 from stabletrain_operator.api.status import StableTrainingJobStatus
-from stabletrain_operator.directive_put import AgentUnreachableError, put_directives
 from stabletrain_operator.finite import non_finite_replaced
 from stabletrain_operator.jobview import JobView, Source, identity, parse, source, write_needed
 from stabletrain_operator.kube import Kube, StaleStatusError, each
 from stabletrain_operator.machine import Launch, Transition, World, advance
 from stabletrain_operator.observe import rejected_copies
 from stabletrain_operator.observe.pacing import FAST_INTERVAL_SECONDS, ScrapePacer
-from stabletrain_operator.observe.pods import PodFacts, PodState
+from stabletrain_operator.observe.pod_facts import PodFacts, PodState
 from stabletrain_operator.observe.scrape import Scraper, ScrapeResult, ScrapeTarget, scrape_all
 from stabletrain_operator.observe.stall import RankProgress
 from stabletrain_operator.observe.supervised import attempt_ended, with_reports
@@ -50,10 +49,12 @@ from stabletrain_operator.plan.merged_inventory import copies_in_flight
 from stabletrain_operator.plan.sent_directives import checkpoint_settings
 from stabletrain_operator.platform_policy.catalog import PolicyCatalog
 from stabletrain_operator.platform_policy.effective import EffectivePolicy, effective_policy
+from stabletrain_operator.pod_calls.directive_put import AgentUnreachableError, put_directives
+from stabletrain_operator.pod_calls.supervisor_orders import Order, send_orders
 from stabletrain_operator.policy import PolicyLedger
 from stabletrain_operator.policy.action_kind import StatusCounter
 from stabletrain_operator.policy.action_registry import kind_of
-from stabletrain_operator.preflight.pod import ensure_preflight_pod, needs_preflight_pod
+from stabletrain_operator.preflight.preflight_pod import ensure_preflight_pod, needs_preflight_pod
 from stabletrain_operator.queue.api import KueueApi
 from stabletrain_operator.queue.facts import WorkloadFacts
 from stabletrain_operator.queue.sync import (
@@ -73,12 +74,11 @@ from stabletrain_operator.remediation import (
     node_patch,
     tainted,
 )
-from stabletrain_operator.supervisor_orders import Order, send_orders
 from stabletrain_operator.tenancy import invalid_spec
-from stabletrain_operator.tenancy.names import name_problems
+from stabletrain_operator.tenancy.hostnames import name_problems
+from stabletrain_operator.tenancy.limits import TenancySettings
 from stabletrain_operator.tenancy.network_policy import NetworkSettings, build_network_policy
 from stabletrain_operator.tenancy.problems import SpecProblem
-from stabletrain_operator.tenancy.settings import TenancySettings
 from stabletrain_operator.tenancy.spec_check import SpecGate, api_refusal, refuses_spec
 
 _log = logging.getLogger(__name__)

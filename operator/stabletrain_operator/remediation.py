@@ -5,7 +5,7 @@ Off unless the operator runs with `--remediate-nodes ACTION:N` (the chart's
 cordon affects every tenant's pods, so one tenant must not be able to steer it:
 
 - Only evidence the tenant cannot forge counts: the node stopped reporting and the node
-  controller marked the job's pod not ready (observe/pods.py, `node_silent`; it needs the
+  controller marked the job's pod not ready (observe/pod_facts.py, `node_silent`; it needs the
   right to write pods' status, which is the kubelet's and the controllers'). A pod's exit
   code, its OOM kill (its own memory limit) and the `exitcode: -N` of its termination
   message are the job's to cause or to write: they steer the job's own placement (its

@@ -16,9 +16,9 @@ from datetime import datetime, timedelta
 from stabletrain_operator.api.constants import ConditionType, Reason
 from stabletrain_operator.api.spec import SchedulingSpec
 from stabletrain_operator.api.status import StableTrainingJobStatus
-from stabletrain_operator.conditions import condition, set_condition
-from stabletrain_operator.job_conditions import Stamp
-from stabletrain_operator.observe.pods import PodFacts
+from stabletrain_operator.conditions.entries import condition, set_condition
+from stabletrain_operator.conditions.job import Stamp
+from stabletrain_operator.observe.pod_facts import PodFacts
 
 MESSAGE_MAX = 1024
 

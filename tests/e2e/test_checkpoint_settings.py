@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from stabletrain_agent.checkpoint.layout import iter_attempt_dirs, local_part_root, parse_node
-from stabletrain_agent.contract import env
+from stabletrain_contract import env
 from stabletrain_operator.naming import local_tier_host_path
 from support.localnode import LocalCluster
 from support.operator import Jobs, OperatorProcess

@@ -22,10 +22,10 @@ import pytest
 import yaml
 from kubernetes import client
 
-from stabletrain_agent.contract.base import AS_WRITTEN
-from stabletrain_agent.contract.checkpoint_inventory import CheckpointRecord, NodeCopy, TierCopy
-from stabletrain_agent.contract.directives import SkipRange
-from stabletrain_agent.contract.trip_report import TripReport
+from stabletrain_contract.base import AS_WRITTEN
+from stabletrain_contract.checkpoint.inventory import CheckpointRecord, NodeCopy, TierCopy
+from stabletrain_contract.directives import SkipRange
+from stabletrain_contract.trip_report import TripReport
 from stabletrain_operator.api.constants import (
     CRD_NAME,
     GROUP,
@@ -38,8 +38,6 @@ from stabletrain_operator.api.constants import (
     Reason,
     Signal,
 )
-from stabletrain_operator.api.crdgen import CRD_PATH, openapi_schema
-from stabletrain_operator.api.schema import apply_defaults
 from stabletrain_operator.api.spec import StableTrainingJobSpec
 from stabletrain_operator.api.status import (
     Condition,
@@ -48,6 +46,8 @@ from stabletrain_operator.api.status import (
     RollbackRecord,
     StableTrainingJobStatus,
 )
+from stabletrain_operator.generate.crds import CRD_PATH, openapi_schema
+from stabletrain_operator.generate.schema import apply_defaults
 from stabletrain_operator.platform_policy.effective import effective_policy
 from support.controlplane import ControlPlane
 

@@ -26,9 +26,9 @@ import pytest
 import yaml
 from kubernetes import client, config, watch
 
-from stabletrain_agent.contract.channel import new_token
-from stabletrain_agent.contract.directives import SkipRange
-from stabletrain_agent.contract.env import TOKEN_SECRET_KEY
+from stabletrain_contract.channel import new_token
+from stabletrain_contract.directives import SkipRange
+from stabletrain_contract.env import TOKEN_SECRET_KEY
 from stabletrain_operator import naming, pods
 from stabletrain_operator.api.constants import GROUP, PLURAL, VERSION
 from stabletrain_operator.api.spec import StableTrainingJobSpec

@@ -24,12 +24,11 @@ import pytest
 import yaml
 from kubernetes import client
 
-from stabletrain_agent.contract.checkpoint_inventory import CheckpointRecord, NodeCopy, TierCopy
-from stabletrain_agent.contract.directives import SkipRange
-from stabletrain_agent.contract.names import Action, AnomalyClass
-from stabletrain_agent.contract.trip_report import TripReport
+from stabletrain_contract.checkpoint.inventory import CheckpointRecord, NodeCopy, TierCopy
+from stabletrain_contract.directives import SkipRange
+from stabletrain_contract.names import Action, AnomalyClass
+from stabletrain_contract.trip_report import TripReport
 from stabletrain_operator.api.constants import CRD_NAME, GROUP, PLURAL, VERSION, Phase
-from stabletrain_operator.api.crdgen import CRD_PATH
 from stabletrain_operator.api.status import (
     Condition,
     Counters,
@@ -37,6 +36,7 @@ from stabletrain_operator.api.status import (
     StableTrainingJobStatus,
 )
 from stabletrain_operator.cli.main import main
+from stabletrain_operator.generate.crds import CRD_PATH
 from support.controlplane import ControlPlane, write_kubeconfig
 
 REPO = Path(__file__).resolve().parents[2]

@@ -34,9 +34,12 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from stabletrain_agent.checkpoint.layout import MANIFEST_NAME
-from stabletrain_agent.contract import env
-from stabletrain_agent.contract.base import ContractError
-from stabletrain_agent.contract.channel import (
+from stabletrain_agent.endpoint.directive_inbox import DirectiveSource
+from stabletrain_agent.endpoint.exporter import AgentExporter
+from stabletrain_agent.endpoint.http_server import MAX_CONNECTIONS
+from stabletrain_contract import env
+from stabletrain_contract.base import ContractError
+from stabletrain_contract.channel import (
     AUTHORIZATION_HEADER,
     DIRECTIVES_HTTP_PATH,
     MAX_ACK_BYTES,
@@ -48,20 +51,17 @@ from stabletrain_agent.contract.channel import (
     parse_directive_ack,
     status_credential,
 )
-from stabletrain_agent.contract.directives import GENERATION_ADVANCE_MAX, Directives
-from stabletrain_agent.contract.names import Action
-from stabletrain_agent.directive_inbox import DirectiveSource
-from stabletrain_agent.export import AgentExporter
-from stabletrain_agent.http_server import MAX_CONNECTIONS
+from stabletrain_contract.directives import GENERATION_ADVANCE_MAX, Directives
+from stabletrain_contract.names import Action
 from stabletrain_operator import naming
 from stabletrain_operator.api.constants import GROUP, PLURAL, VERSION, Phase
 from stabletrain_operator.api.spec import StableTrainingJobSpec
 from stabletrain_operator.api.status import StableTrainingJobStatus
-from stabletrain_operator.directive_put import AgentUnreachableError, put_directives
 from stabletrain_operator.machine import Transition, World, advance
 from stabletrain_operator.naming import ATTEMPT_LABEL, JOB_LABEL, RANK_LABEL
-from stabletrain_operator.observe.pods import PodFacts, pod_facts
+from stabletrain_operator.observe.pod_facts import PodFacts, pod_facts
 from stabletrain_operator.observe.scrape import ScrapeError, Scraper, ScrapeResult, ScrapeTarget
+from stabletrain_operator.pod_calls.directive_put import AgentUnreachableError, put_directives
 from stabletrain_operator.policy import PolicyLedger
 from support.agent_client import fetch_status
 from support.controlplane import ControlPlane, request_counts

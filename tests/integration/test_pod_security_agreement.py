@@ -16,8 +16,8 @@ from kubernetes.client.exceptions import ApiException
 
 from stabletrain_operator import pods
 from stabletrain_operator.api.spec import StableTrainingJobSpec
+from stabletrain_operator.tenancy.limits import PodSecurityLevel
 from stabletrain_operator.tenancy.pod_security import violations
-from stabletrain_operator.tenancy.settings import PodSecurityLevel
 
 Json = dict[str, Any]
 LEVELS = (PodSecurityLevel.BASELINE, PodSecurityLevel.RESTRICTED)

@@ -1,7 +1,7 @@
 """A blocking client of the agent's HTTP server, for tests that drive an agent directly.
 
 The operator's own client is async and shares its session with the scrapes
-(stabletrain_operator.directive_put, stabletrain_operator.observe.scrape); a test beside a
+(stabletrain_operator.pod_calls.directive_put, stabletrain_operator.observe.scrape); a test beside a
 training process or an exporter on loopback wants a plain call that returns the answer.
 """
 
@@ -15,8 +15,8 @@ from http import HTTPStatus
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
-from stabletrain_agent.contract.base import ContractError
-from stabletrain_agent.contract.channel import (
+from stabletrain_contract.base import ContractError
+from stabletrain_contract.channel import (
     AUTHORIZATION_HEADER,
     DIRECTIVES_HTTP_PATH,
     METRICS_HTTP_PATH,
@@ -26,8 +26,8 @@ from stabletrain_agent.contract.channel import (
     parse_agent_status,
     parse_directive_ack,
 )
-from stabletrain_agent.contract.directives import Directives
-from stabletrain_operator.directive_put import AgentUnreachableError, PutResult
+from stabletrain_contract.directives import Directives
+from stabletrain_operator.pod_calls.directive_put import AgentUnreachableError, PutResult
 
 
 def fetch_status(base_url: str, timeout: float = 5.0, *, credential: str = "") -> AgentStatus:

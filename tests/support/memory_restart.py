@@ -26,14 +26,14 @@ from typing import Any
 from stabletrain_agent.checkpoint.inventory_scan import (
     TierDirs,
     VerifyCache,
-    merge_records,
     scan_tiers,
 )
 from stabletrain_agent.checkpoint.signing import UNSIGNED
-from stabletrain_agent.contract import env
-from stabletrain_agent.contract.checkpoint_inventory import CheckpointRecord
-from stabletrain_agent.contract.directives import Directives
-from stabletrain_agent.contract.names import Action
+from stabletrain_contract import env
+from stabletrain_contract.checkpoint.inventory import CheckpointRecord
+from stabletrain_contract.checkpoint.inventory_merge import merge_records
+from stabletrain_contract.directives import Directives
+from stabletrain_contract.names import Action
 from stabletrain_operator import pods
 from stabletrain_operator.api.spec import StableTrainingJobSpec
 from stabletrain_operator.api.status import Plan
@@ -108,7 +108,7 @@ class TwoPods:
         return {
             **os.environ,
             **settings,
-            "PYTHONPATH": str(REPO / "trainer-agent"),
+            "PYTHONPATH": os.pathsep.join(str(REPO / d) for d in ("trainer-agent", "contract")),
             "OMP_NUM_THREADS": "1",
             "GLOO_SOCKET_IFNAME": "lo",
             "PYTHONWARNINGS": "ignore",

@@ -27,12 +27,12 @@ from typing import Any
 from kubernetes import client
 
 from stabletrain_agent.checkpoint.signing import CheckpointKey
-from stabletrain_agent.contract.env import CHECKPOINT_KEY_SECRET_KEY
+from stabletrain_contract.env import CHECKPOINT_KEY_SECRET_KEY
 from stabletrain_operator import naming
 from stabletrain_operator.api.cluster_policy import POLICY_PLURAL
 from stabletrain_operator.api.constants import CRD_NAME, GROUP, PLURAL, VERSION
-from stabletrain_operator.api.crdgen import CRD_PATH, POLICY_CRD_PATH
-from stabletrain_operator.tenancy.settings import DEFAULT_HOST_PATH_PREFIXES
+from stabletrain_operator.generate.crds import CRD_PATH, POLICY_CRD_PATH
+from stabletrain_operator.tenancy.limits import DEFAULT_HOST_PATH_PREFIXES
 from support.controlplane import ControlPlane
 from support.localnode import LocalCluster
 from support.operator_crashpoints import CRASH_AFTER_ENV, planned_phases

@@ -34,14 +34,15 @@ from typing import Any
 
 from kubernetes import client, watch
 
-from stabletrain_agent.contract.channel import (
+from stabletrain_agent.endpoint.http_server import REQUEST_TIMEOUT_SECONDS
+from stabletrain_contract.channel import (
     STATUS_HTTP_PATH,
     AgentStatus,
     Heartbeat,
     ThreadPlace,
 )
-from stabletrain_agent.contract.names import AnomalyClass
-from stabletrain_agent.contract.supervisor import (
+from stabletrain_contract.names import AnomalyClass
+from stabletrain_contract.supervisor import (
     START_HTTP_PATH,
     STOP_HTTP_PATH,
     OrderAck,
@@ -50,8 +51,7 @@ from stabletrain_agent.contract.supervisor import (
     parse_start_order,
     parse_stop_order,
 )
-from stabletrain_agent.contract.trip_report import TripReport
-from stabletrain_agent.http_server import REQUEST_TIMEOUT_SECONDS
+from stabletrain_contract.trip_report import TripReport
 from stabletrain_operator import naming
 from support.localnode.api import ApiError, Json, RawApi, pod_path
 from support.localnode.container import Exit
@@ -334,7 +334,8 @@ class ScaleSimulator:
         self, pod: SimulatedPod, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
         """Requests on one connection until the client closes it or leaves it idle for the
-        agent's own limit (HTTP/1.1 keep-alive, as stabletrain_agent.http_server serves)."""
+        agent's own limit (HTTP/1.1 keep-alive, as stabletrain_agent.endpoint.http_server
+        serves)."""
         pod.connections.add(writer)
         try:
             while True:

@@ -3,7 +3,8 @@
     cd tests && python -m support.skew_record <commit> [<commit> ...]
 
 For each commit, its own contract package (`git archive` of that commit's
-trainer-agent/stabletrain_agent/contract, nothing else) runs in a fresh interpreter and
+contract/stabletrain_contract, or trainer-agent/stabletrain_agent/contract before the
+contract became a package of its own; nothing else) runs in a fresh interpreter and
 writes, under tests/integration/skew/agent-<commit>/:
 
 - status.json: an AgentStatus as its agent serves it, firing a signal, with an inventory
@@ -30,7 +31,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 OUT = REPO / "tests" / "integration" / "skew"
-CONTRACT = "trainer-agent/stabletrain_agent/contract"
+CONTRACTS = ("contract/stabletrain_contract", "trainer-agent/stabletrain_agent/contract")
+"""Where the contract lived, newest first."""
+SOURCE_ROOTS = [str(REPO / root) for root in ("contract", "operator", "trainer-agent")]
+"""This checkout's package roots, which an editable install puts on every interpreter's path."""
 
 BUILDER = r"""
 import importlib, json, sys
@@ -45,11 +49,13 @@ def first(*names):
             continue
     raise ModuleNotFoundError(names)
 
-channel = importlib.import_module("stabletrain_agent.contract.channel")
-directives = importlib.import_module("stabletrain_agent.contract.directives")
-inventory = first("stabletrain_agent.contract.checkpoint_inventory",
+channel = first("stabletrain_contract.channel", "stabletrain_agent.contract.channel")
+directives = first("stabletrain_contract.directives", "stabletrain_agent.contract.directives")
+inventory = first("stabletrain_contract.checkpoint.inventory",
+                  "stabletrain_agent.contract.checkpoint_inventory",
                   "stabletrain_agent.contract.inventory")
-trip = first("stabletrain_agent.contract.trip_report", "stabletrain_agent.contract.trip")
+trip = first("stabletrain_contract.trip_report", "stabletrain_agent.contract.trip_report",
+             "stabletrain_agent.contract.trip")
 at = datetime(2026, 11, 29, 10, 0, 0, tzinfo=timezone.utc)
 records = [
     inventory.CheckpointRecord(
@@ -89,11 +95,7 @@ defaults = directives.Directives(generation=1, attempt=0).model_dump(mode="json"
 
 def record(commit: str) -> Path:
     """Write the three files of `commit`'s agent; return their directory."""
-    archive = subprocess.run(
-        ["git", "-C", str(REPO), "archive", "--format=tar", commit, CONTRACT],
-        check=True,
-        capture_output=True,
-    ).stdout
+    archive, where = _archive(commit)
     short = subprocess.run(
         ["git", "-C", str(REPO), "rev-parse", "--short=7", commit],
         check=True,
@@ -104,11 +106,31 @@ def record(commit: str) -> Path:
     with tempfile.TemporaryDirectory(prefix="stabletrain-skew-") as scratch:
         with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
             tar.extractall(scratch, filter="data")
-        package = Path(scratch) / "trainer-agent" / "stabletrain_agent"
-        (package / "__init__.py").write_text("")
-        prelude = f"import sys; sys.path.insert(0, {str(package.parent)!r})\n"
+        package = Path(scratch, where)
+        if package.name == "contract":  # the old layout: only the agent's subpackage
+            (package.parent / "__init__.py").write_text("")
+            package = package.parent
+        # This checkout's own packages (an editable install puts them on the path) must
+        # not stand in for the commit's.
+        prelude = (
+            f"import sys; sys.path = [p for p in sys.path if p not in {SOURCE_ROOTS!r}]\n"
+            f"sys.path.insert(0, {str(package.parent)!r})\n"
+        )
         subprocess.run([sys.executable, "-I", "-c", prelude + BUILDER, str(target)], check=True)
     return target
+
+
+def _archive(commit: str) -> tuple[bytes, str]:
+    """The tar of `commit`'s contract and the path it lies under."""
+    for where in CONTRACTS:
+        done = subprocess.run(
+            ["git", "-C", str(REPO), "archive", "--format=tar", commit, where],
+            check=False,
+            capture_output=True,
+        )
+        if done.returncode == 0:
+            return done.stdout, where
+    raise SystemExit(f"{commit} has no contract package under any of {CONTRACTS}")
 
 
 if __name__ == "__main__":

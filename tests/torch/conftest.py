@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import torch
 
-from stabletrain_agent.contract import env
 from stabletrain_agent.guard import Guard
+from stabletrain_contract import env
 from support.guard_closes import GuardCloses
 
 SYNC_POINTS = ("item", "__bool__", "__float__", "__int__", "__index__", "tolist", "cpu", "numpy")

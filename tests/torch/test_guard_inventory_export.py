@@ -14,12 +14,12 @@ import torch
 from torch import nn
 
 from stabletrain_agent.checkpoint.manager import CheckpointConfig, CheckpointManager
-from stabletrain_agent.contract.channel import AgentStatus, status_credential
-from stabletrain_agent.contract.checkpoint_inventory import CheckpointRecord
-from stabletrain_agent.contract.directives import Directives
-from stabletrain_agent.directive_inbox import DirectiveSource
-from stabletrain_agent.export import AgentExporter
+from stabletrain_agent.endpoint.directive_inbox import DirectiveSource
+from stabletrain_agent.endpoint.exporter import AgentExporter
 from stabletrain_agent.guard import HAND_OVER_SECONDS, Guard, GuardEnv
+from stabletrain_contract.channel import AgentStatus, status_credential
+from stabletrain_contract.checkpoint.inventory import CheckpointRecord
+from stabletrain_contract.directives import Directives
 from support.agent_client import AgentUnreachableError, fetch_status
 
 

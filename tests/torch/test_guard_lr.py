@@ -17,10 +17,10 @@ import torch
 from torch import nn
 from torch.optim.lr_scheduler import CosineAnnealingLR, LambdaLR, LRScheduler
 
-from stabletrain_agent.contract.directives import Directives
-from stabletrain_agent.directive_inbox import DirectiveSource
+from stabletrain_agent.endpoint.directive_inbox import DirectiveSource
 from stabletrain_agent.guard import Guard, GuardEnv
 from stabletrain_agent.lr import LrScale
+from stabletrain_contract.directives import Directives
 from support.workloads.contract_worker import lr_factor
 
 BASE_LR = 0.1

@@ -9,10 +9,10 @@ import torch
 from torch import nn
 
 from stabletrain_agent.checkpoint.manager import CheckpointConfig, CheckpointManager
-from stabletrain_agent.contract.directives import Directives
-from stabletrain_agent.directive_inbox import DirectiveSource
-from stabletrain_agent.export import AgentExporter
+from stabletrain_agent.endpoint.directive_inbox import DirectiveSource
+from stabletrain_agent.endpoint.exporter import AgentExporter
 from stabletrain_agent.guard import Guard, GuardEnv
+from stabletrain_contract.directives import Directives
 
 
 def test_a_save_request_is_saved_flushed_and_reported_once(tmp_path: Path) -> None:

@@ -14,20 +14,20 @@ import torch
 from torch import nn
 
 from stabletrain_agent.checkpoint.replicate import PfsCondition
-from stabletrain_agent.contract.channel import AgentStatus, RejectedCopy
-from stabletrain_agent.contract.checkpoint_inventory import CheckpointRecord, TierCopy
-from stabletrain_agent.contract.checkpoint_settings import CheckpointSettings
-from stabletrain_agent.contract.completion import parse_completion
-from stabletrain_agent.contract.detection import BaselineConfig, DetectionConfig, NonFiniteConfig
-from stabletrain_agent.contract.directives import Directives, SkipRange, SkipUnit
-from stabletrain_agent.contract.names import Signal
-from stabletrain_agent.contract.trip_report import parse_termination_message
 from stabletrain_agent.data import Shard, ShardedBatches
-from stabletrain_agent.directive_inbox import DirectiveSource
-from stabletrain_agent.export import AgentExporter
+from stabletrain_agent.endpoint.directive_inbox import DirectiveSource
+from stabletrain_agent.endpoint.exporter import AgentExporter
 from stabletrain_agent.guard import Guard, GuardEnv
-from stabletrain_agent.signals.monitor import MonitorSnapshot
-from stabletrain_agent.trip_exit import TRIP_EXIT_CODE, TrainingTripped
+from stabletrain_agent.run_end.trip_exit import TRIP_EXIT_CODE, TrainingTripped
+from stabletrain_contract.channel import AgentStatus, RejectedCopy
+from stabletrain_contract.checkpoint.inventory import CheckpointRecord, TierCopy
+from stabletrain_contract.checkpoint.settings import CheckpointSettings
+from stabletrain_contract.completion import parse_completion
+from stabletrain_contract.detection import BaselineConfig, DetectionConfig, NonFiniteConfig
+from stabletrain_contract.directives import Directives, SkipRange, SkipUnit
+from stabletrain_contract.names import Signal
+from stabletrain_contract.signals.monitor import MonitorSnapshot
+from stabletrain_contract.trip_report import parse_termination_message
 
 BLOCK = 16
 VOCAB = 32

@@ -17,12 +17,12 @@ from typing import Any
 
 import pytest
 
-from stabletrain_agent.contract import env
-from stabletrain_agent.contract.checkpoint_inventory import CopyFlags
-from stabletrain_agent.contract.detection import DetectionConfig, NonFiniteConfig
-from stabletrain_agent.contract.directives import Directives, SkipRange, SkipUnit
-from stabletrain_agent.contract.names import Signal
-from stabletrain_agent.contract.trip_report import parse_termination_message
+from stabletrain_contract import env
+from stabletrain_contract.checkpoint.inventory import CopyFlags
+from stabletrain_contract.detection import DetectionConfig, NonFiniteConfig
+from stabletrain_contract.directives import Directives, SkipRange, SkipUnit
+from stabletrain_contract.names import Signal
+from stabletrain_contract.trip_report import parse_termination_message
 from support.agent_client import AgentUnreachableError, fetch_status, put_directives
 from support.processes import ManagedProcess, free_port
 
@@ -55,7 +55,11 @@ class Job:
         self.env = {
             **os.environ,
             "PYTHONPATH": os.pathsep.join(
-                [str(REPO / "trainer-agent"), os.environ.get("PYTHONPATH", "")]
+                [
+                    str(REPO / "trainer-agent"),
+                    str(REPO / "contract"),
+                    os.environ.get("PYTHONPATH", ""),
+                ]
             ),
             "GLOO_SOCKET_IFNAME": "lo",
             "OMP_NUM_THREADS": "1",

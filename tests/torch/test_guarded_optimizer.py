@@ -17,10 +17,10 @@ import torch
 from torch import nn
 
 from stabletrain_agent.checkpoint.manager import CheckpointConfig, CheckpointManager
-from stabletrain_agent.contract.directives import Directives
-from stabletrain_agent.directive_inbox import DirectiveSource
+from stabletrain_agent.endpoint.directive_inbox import DirectiveSource
 from stabletrain_agent.guard import Guard, GuardEnv
 from stabletrain_agent.integrations.core import FrameworkCheckpoints, GuardedOptimizer
+from stabletrain_contract.directives import Directives
 
 
 def make(lr_scale: float = 0.5) -> tuple[nn.Linear, torch.optim.SGD, Guard]:

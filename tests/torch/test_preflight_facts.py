@@ -11,13 +11,13 @@ import torch
 from torch import nn
 from torch.amp.grad_scaler import GradScaler
 
-from stabletrain_agent.contract import env
-from stabletrain_agent.contract.env import PREFLIGHT_ENV
-from stabletrain_agent.contract.preflight import Precision, parse_preflight_facts
 from stabletrain_agent.data import Shard, ShardedBatches
-from stabletrain_agent.directive_inbox import DirectiveSource
+from stabletrain_agent.endpoint.directive_inbox import DirectiveSource
+from stabletrain_agent.gather_preflight import container_memory_limit, gather_facts, probe_schedule
 from stabletrain_agent.guard import Guard, GuardEnv
-from stabletrain_agent.preflight import container_memory_limit, gather_facts, probe_schedule
+from stabletrain_contract import env
+from stabletrain_contract.env import PREFLIGHT_ENV
+from stabletrain_contract.preflight import Precision, parse_preflight_facts
 from support.agent_client import fetch_status
 
 

@@ -6,7 +6,6 @@ import itertools
 
 import pytest
 
-from stabletrain_agent.contract.directives import RUN_END, SkipRange, SkipUnit
 from stabletrain_agent.data import (
     BatchSkip,
     SampleRange,
@@ -15,6 +14,7 @@ from stabletrain_agent.data import (
     SkipList,
     skip_list_from_directives,
 )
+from stabletrain_contract.directives import RUN_END, SkipRange, SkipUnit
 
 Sample = tuple[str, int]
 

@@ -17,9 +17,9 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from stabletrain_agent.contract.directives import SkipRange, SkipUnit
 from stabletrain_agent.data import Shard, SkipList, skip_list_from_directives
 from stabletrain_agent.data.loader import SkipAwareLoader
+from stabletrain_contract.directives import SkipRange, SkipUnit
 
 SHARD_SAMPLES = 12
 SHARDS = [Shard(f"s{i:02d}", SHARD_SAMPLES) for i in range(12)]

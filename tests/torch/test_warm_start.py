@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from stabletrain_agent.contract import env
-from stabletrain_agent.contract.directives import Directives
-from stabletrain_agent.contract.supervisor import StartOrder
 from stabletrain_agent.supervisor.attempts import Attempts, AttemptSettings
 from stabletrain_agent.supervisor.output import Tail
 from stabletrain_agent.supervisor.processes import Reaper, descendants
 from stabletrain_agent.supervisor.standby import StandbyLauncher
+from stabletrain_contract import env
+from stabletrain_contract.directives import Directives
+from stabletrain_contract.supervisor import StartOrder
 
 WORKER = textwrap.dedent(
     """

@@ -59,30 +59,27 @@ import torch.distributed as dist
 from torch.amp.grad_scaler import GradScaler
 from torch.optim.lr_scheduler import LRScheduler
 
-from stabletrain_agent.completion import leave_completion
 from stabletrain_agent.consensus import Agreed, agree
-from stabletrain_agent.contract import env
-from stabletrain_agent.contract.channel import RejectedCopy
-from stabletrain_agent.contract.checkpoint_inventory import CheckpointRecord, compact_inventory
-from stabletrain_agent.contract.checkpoint_settings import CheckpointSettings
-from stabletrain_agent.contract.completion import Completion
-from stabletrain_agent.contract.detection import DetectionConfig
-from stabletrain_agent.contract.directives import DEFAULT_TRIP_ON, Directives, parse_directives
-from stabletrain_agent.contract.names import custom_signal
-from stabletrain_agent.contract.preflight import PreflightFacts
 from stabletrain_agent.data import skip_list_from_directives
 from stabletrain_agent.data.source import BatchSource
-from stabletrain_agent.directive_inbox import DirectiveSource
-from stabletrain_agent.export import AgentExporter
+from stabletrain_agent.endpoint.directive_inbox import DirectiveSource
+from stabletrain_agent.endpoint.exporter import AgentExporter
+from stabletrain_agent.gather_preflight import finish_preflight, gather_facts, preflight_requested
 from stabletrain_agent.lineage import LineageRing, lineage_dir, suspect_shards, write_window
 from stabletrain_agent.lr import LrScale
-from stabletrain_agent.preflight import finish_preflight, gather_facts, preflight_requested
-from stabletrain_agent.signals.monitor import SignalMonitor, StepObservation, Verdict
-from stabletrain_agent.trip_exit import (
-    TrainingTripped,
-    build_trip_report,
-    write_termination_message,
-)
+from stabletrain_agent.run_end.trip_exit import TrainingTripped, write_termination_message
+from stabletrain_agent.run_end.write_completion import leave_completion
+from stabletrain_contract import env
+from stabletrain_contract.channel import RejectedCopy
+from stabletrain_contract.checkpoint.inventory import CheckpointRecord, compact_inventory
+from stabletrain_contract.checkpoint.settings import CheckpointSettings
+from stabletrain_contract.completion import Completion
+from stabletrain_contract.detection import DetectionConfig
+from stabletrain_contract.directives import DEFAULT_TRIP_ON, Directives, parse_directives
+from stabletrain_contract.names import custom_signal
+from stabletrain_contract.preflight import PreflightFacts
+from stabletrain_contract.signals.monitor import SignalMonitor, StepObservation, Verdict
+from stabletrain_contract.signals.trip_report_builder import build_trip_report
 
 STATE_VERSION = 1
 CHECKPOINT_FLUSH_SECONDS = 60.0
@@ -262,7 +259,7 @@ class Guard:
 
         Local rank 0 serves /metrics, /v1/status and the live-directive PUT; the exporter
         stops with ``close()`` or with the process. It also shows the run's preflight facts
-        (see preflight.py); ``warmup_steps`` and ``checkpoint_interval_steps`` among the
+        (see gather_preflight.py); ``warmup_steps`` and ``checkpoint_interval_steps`` among the
         options state them where probing the scheduler cannot. In the operator's preflight
         pod (STABLETRAIN_PREFLIGHT=1) this gathers the facts, leaves them as the termination
         message and exits 0: the script never reaches its first step there.

@@ -6,7 +6,7 @@ from typing import Any, ClassVar
 
 from pydantic import ConfigDict
 
-from stabletrain_agent.contract.base import ContractModel
+from stabletrain_contract.base import ContractModel
 
 
 class ApiModel(ContractModel):

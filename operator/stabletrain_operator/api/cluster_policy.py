@@ -19,8 +19,8 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from stabletrain_agent.contract.detection import DetectionConfig
-from stabletrain_agent.contract.names import Action
+from stabletrain_contract.detection import DetectionConfig
+from stabletrain_contract.names import Action
 from stabletrain_operator.api.base import ApiModel
 from stabletrain_operator.api.spec import Floor, RecoverySpec
 

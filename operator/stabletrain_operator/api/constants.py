@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from stabletrain_agent.contract.names import Action, AnomalyClass, Signal
+from stabletrain_contract.names import Action, AnomalyClass, Signal
 
 GROUP = "stabletrain.dev"
 VERSION = "v1alpha1"
@@ -51,9 +51,12 @@ class Phase(StrEnum):
     """Accepted, pods not created yet."""
     RUNNING = "Running"
     STOPPING = "Stopping"
-    """An action needs all pods gone (Rollback, RestartFromLatest, Fail, suspend)."""
+    """An action needs every training process of the attempt ended (Rollback,
+    RestartFromLatest, Fail, suspend): kept pods stop their processes (restart InPlace), the
+    others are deleted."""
     PLANNING = "Planning"
-    """All pods gone; choosing the checkpoint, LR scale and skip ranges (status.plan)."""
+    """No process of the old attempt runs; choosing the checkpoint, LR scale and skip
+    ranges (status.plan)."""
     RELAUNCHING = "Relaunching"
     """Directives and pods of the next attempt are being created."""
     CONFIRMING = "Confirming"
@@ -194,3 +197,11 @@ class Reason(StrEnum):
     """The spec sets a value beyond a StableTrainingPolicy limit: not taken into force."""
     INVALID_EFFECTIVE_POLICY = "InvalidEffectivePolicy"
     """The job's values over its policies' defaults do not make a valid policy."""
+
+
+JOB_NAME_MAX = 40
+"""Longest job name the API server accepts (a CEL rule on metadata.name). Worker hostnames
+are `<job>-a<attempt>-<rank>` and ranks have at most 4 digits (10,000 nodes), so 40
+characters leave 16 digits for the attempt; the preflight pod's `<job>-preflight-g<N>`
+leaves 11 for the spec generation. The operator still checks the exact hostname of every
+attempt before it launches one (tenancy/hostnames.py)."""

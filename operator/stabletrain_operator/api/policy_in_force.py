@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from pydantic import AwareDatetime, Field
 
-from stabletrain_agent.contract.checkpoint_settings import CheckpointSettings
-from stabletrain_agent.contract.detection import DetectionConfig
+from stabletrain_contract.checkpoint.settings import CheckpointSettings
+from stabletrain_contract.detection import DetectionConfig
 from stabletrain_operator.api.base import ApiModel
 from stabletrain_operator.api.spec import RecoverySpec
 

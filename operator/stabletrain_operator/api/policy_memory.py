@@ -13,8 +13,8 @@ from typing import Any
 
 from pydantic import AwareDatetime, ConfigDict, Field, model_validator
 
-from stabletrain_agent.contract.directives import SkipRange
-from stabletrain_agent.contract.names import AnomalyClass
+from stabletrain_contract.directives import SkipRange
+from stabletrain_contract.names import AnomalyClass
 from stabletrain_operator.api.base import ApiModel
 
 RECENT_ROLLBACKS_MAX = 16

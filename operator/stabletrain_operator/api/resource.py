@@ -8,9 +8,9 @@ from typing import Any, Literal, Self
 from pydantic import ConfigDict, Field, model_validator
 
 from stabletrain_operator.api.base import ApiModel
+from stabletrain_operator.api.constants import JOB_NAME_MAX
 from stabletrain_operator.api.spec import StableTrainingJobSpec
 from stabletrain_operator.api.status import StableTrainingJobStatus
-from stabletrain_operator.naming import JOB_NAME_MAX
 
 JOB_NAME_PATTERN = "^[a-z]([-a-z0-9]*[a-z0-9])?$"
 """A DNS-1035 label: the job's headless Service is named after the job (a dot, or a leading
@@ -31,7 +31,7 @@ class StableTrainingJob(ApiModel):
                 {
                     # Only when the job is created: a job made before the rule existed keeps
                     # working (its status writes too), with the operator's own check of the
-                    # name (tenancy/names.py) before anything is created for it.
+                    # name (tenancy/hostnames.py) before anything is created for it.
                     "rule": "oldSelf.hasValue()"
                     f" || (self.metadata.name.matches('{JOB_NAME_PATTERN}')"
                     f" && size(self.metadata.name) <= {JOB_NAME_MAX})",

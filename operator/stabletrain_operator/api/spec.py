@@ -20,17 +20,17 @@ from pydantic import (
     model_validator,
 )
 
-from stabletrain_agent.checkpoint.retention import MAX_SPIKE_MARKERS, MIN_KEEP
-from stabletrain_agent.contract.base import as_written, kubernetes_rules
-from stabletrain_agent.contract.detection import DetectionConfig
-from stabletrain_agent.contract.directives import SkipRange
-from stabletrain_agent.contract.env import (
+from stabletrain_contract.base import as_written, kubernetes_rules
+from stabletrain_contract.checkpoint.retention import MAX_SPIKE_MARKERS, MIN_KEEP
+from stabletrain_contract.detection import DetectionConfig
+from stabletrain_contract.directives import SkipRange
+from stabletrain_contract.env import (
     DEFAULT_CHECKPOINT_INTERVAL_STEPS,
     DEFAULT_MEMORY_INTERVAL_STEPS,
     DEFAULT_RETENTION,
     DEFAULT_SPIKE_MARKERS,
 )
-from stabletrain_agent.contract.names import (
+from stabletrain_contract.names import (
     CUSTOM_SIGNAL_PREFIX,
     SIGNAL_PATTERN,
     Action,

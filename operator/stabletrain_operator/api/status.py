@@ -12,7 +12,7 @@ import logging
 import math
 from datetime import datetime
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import (
     AwareDatetime,
@@ -23,21 +23,17 @@ from pydantic import (
     field_validator,
 )
 
-from stabletrain_agent.contract.base import error_lines
-from stabletrain_agent.contract.checkpoint_inventory import CheckpointRecord
-from stabletrain_agent.contract.directives import SkipRange
-from stabletrain_agent.contract.names import Action, AnomalyClass
-from stabletrain_agent.contract.trip_report import TripReport
+from stabletrain_contract.base import error_lines
+from stabletrain_contract.checkpoint.inventory import CheckpointRecord
+from stabletrain_contract.directives import SkipRange
+from stabletrain_contract.names import Action, AnomalyClass
+from stabletrain_contract.trip_report import TripReport
 from stabletrain_operator.api.base import ApiModel
 from stabletrain_operator.api.constants import SKIPS_PER_ACTION, Phase
 from stabletrain_operator.api.policy_in_force import BuiltFrom, PolicyInForce, PolicyRollout
 from stabletrain_operator.api.policy_memory import PolicyMemory
 
 _log = logging.getLogger(__name__)
-
-if TYPE_CHECKING:
-    # Only a type: the policy itself reads status (its ledger is rebuilt from it).
-    from stabletrain_operator.policy.decision import Decision
 
 HISTORY_MAX = 20
 """Decisions kept in status.rollbackHistory; older ones live in Events and metrics."""
@@ -223,32 +219,6 @@ class RollbackRecord(ApiModel):
     Event."""
 
     @classmethod
-    def from_decision(
-        cls,
-        decision: Decision,
-        *,
-        time: datetime,
-        reached_step: int | None,
-        lr_scale: float,
-        attempt: int,
-    ) -> RollbackRecord:
-        """A decision that launches nothing (ReduceLR, Alert), as it is recorded when taken;
-        `reached_step` stands in for a decision that names no step."""
-        return cls(
-            time=time,
-            action=decision.action,
-            reason=decision.reason,
-            rule=decision.rule,
-            request_id=decision.request_id,
-            signal=decision.signal,
-            anomaly_class=decision.anomaly_class,
-            onset_step=decision.onset_step,
-            from_step=_from_step(decision, reached_step),
-            lr_scale=lr_scale,
-            attempt=attempt,
-        )
-
-    @classmethod
     def from_plan(cls, plan: Plan, *, reason: str, lr_scale: float) -> RollbackRecord:
         """A planned action once its relaunch is under way: where it resumed and why."""
         return cls(
@@ -314,7 +284,8 @@ class Plan(ApiModel):
     started_at: AwareDatetime
     """When the plan was persisted (phase Stopping began)."""
     from_attempt: int = Field(ge=0)
-    """Attempt being stopped: its pods must all be gone before Planning."""
+    """Attempt being stopped: every process of it must have ended (its pods stopped in place
+    or deleted) before Planning."""
     next_attempt: int = Field(ge=0)
     """Attempt the relaunch creates; written before any pod of it exists."""
     target_step: int | None = Field(default=None, ge=0)
@@ -351,47 +322,6 @@ class Plan(ApiModel):
     replaced_ranks: tuple[int, ...] = Field(default=(), max_length=RANKS_MAX)
     """Ranks whose pods an in-place relaunch replaces after all: their pods could not be
     kept, or did not stop in time."""
-
-    @classmethod
-    def from_decision(
-        cls,
-        decision: Decision,
-        *,
-        started_at: datetime,
-        reached_step: int | None,
-        from_attempt: int,
-        added_skip: tuple[SkipRange, ...],
-        suspects: tuple[Suspect, ...],
-        confirm_step: int | None,
-        loss_baseline: float | None,
-    ) -> Plan:
-        """The plan of a stopping decision, persisted before any pod is touched; the
-        checkpoint and directives are filled in by Planning and Relaunching."""
-        return cls(
-            action=decision.action,
-            rule=decision.rule,
-            request_id=decision.request_id,
-            signal=decision.signal,
-            anomaly_class=decision.anomaly_class,
-            onset_step=decision.onset_step,
-            from_step=_from_step(decision, reached_step),
-            started_at=started_at,
-            from_attempt=from_attempt,
-            next_attempt=from_attempt + 1,
-            lr_scale=decision.lr_scale,
-            rewarmup_steps=decision.rewarmup_steps or 0,
-            added_skip=added_skip,
-            recurrence=decision.escalation_level,
-            suspects=suspects,
-            backoff_seconds=decision.backoff_seconds,
-            confirm_step=confirm_step,
-            loss_baseline=loss_baseline,
-        )
-
-
-def _from_step(decision: Decision, reached_step: int | None) -> int:
-    """The step the decision was taken at; the job's newest step when it names none."""
-    return decision.step if decision.step is not None else (reached_step or 0)
 
 
 class QueueState(StrEnum):

@@ -9,8 +9,8 @@ from typing import TextIO
 from stabletrain_operator.cli.replay.history import read_history
 from stabletrain_operator.cli.replay.plot import write_plot
 from stabletrain_operator.cli.replay.policy_file import default_policy, read_policy
+from stabletrain_operator.cli.replay.replay_loop import PROGRESS_EVERY, ReplayedDecision, replay
 from stabletrain_operator.cli.replay.report import json_line, text_block
-from stabletrain_operator.cli.replay.run import PROGRESS_EVERY, ReplayedDecision, replay
 
 
 def run_replay(args: argparse.Namespace, out: TextIO, notes: TextIO) -> int:

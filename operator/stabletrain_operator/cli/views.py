@@ -12,9 +12,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from stabletrain_agent.contract.base import error_lines
-from stabletrain_agent.contract.checkpoint_inventory import CheckpointRecord, TierCopy
-from stabletrain_agent.contract.directives import SkipRange
+from stabletrain_contract.base import error_lines
+from stabletrain_contract.checkpoint.inventory import CheckpointRecord, TierCopy
+from stabletrain_contract.directives import SkipRange
 from stabletrain_operator.api.constants import Phase
 from stabletrain_operator.api.spec import RecoverySpec
 from stabletrain_operator.api.status import StableTrainingJobStatus

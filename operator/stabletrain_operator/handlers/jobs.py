@@ -27,7 +27,7 @@ from stabletrain_operator.handlers.pod_index import OwnerKey, PodKey
 from stabletrain_operator.handlers.wakeups import WakeEvent, Wakeups, sleep_until
 from stabletrain_operator.jobview import DEFAULT_PROGRESS_WRITE_SECONDS
 from stabletrain_operator.kube import Kube, StaleStatusError
-from stabletrain_operator.observe.pods import PodFacts
+from stabletrain_operator.observe.pod_facts import PodFacts
 from stabletrain_operator.queue.facts import WorkloadFacts
 from stabletrain_operator.reconcile import JobKey, JobMemory, tick
 

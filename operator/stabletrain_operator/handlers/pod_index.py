@@ -19,7 +19,7 @@ from typing import Any
 import kopf
 
 from stabletrain_operator import naming
-from stabletrain_operator.observe.pods import PodFacts, pod_facts
+from stabletrain_operator.observe.pod_facts import PodFacts, pod_facts
 from stabletrain_operator.ownership import controller
 
 PodKey = tuple[str, str]

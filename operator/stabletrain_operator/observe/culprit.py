@@ -30,7 +30,7 @@ from datetime import datetime, timedelta
 
 from stabletrain_operator.api.status import FailureRecord, Suspect
 from stabletrain_operator.observe.failure_cause import failure_cause
-from stabletrain_operator.observe.pods import PodFacts, PodState
+from stabletrain_operator.observe.pod_facts import PodFacts, PodState
 from stabletrain_operator.observe.stall import StallVerdict
 
 NODE_REASONS = frozenset({"OOMKilled", "Evicted", "NodeLost", "Vanished", "Preempted"})

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from stabletrain_agent.contract.channel import RejectedCopy
+from stabletrain_contract.channel import RejectedCopy
 from stabletrain_operator.observe.scrape import ScrapeResult
 
 ANNOUNCED_MAX = 1024

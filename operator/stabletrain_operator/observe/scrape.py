@@ -18,8 +18,8 @@ from http import HTTPStatus
 
 import aiohttp
 
-from stabletrain_agent.contract.base import ContractError
-from stabletrain_agent.contract.channel import (
+from stabletrain_contract.base import ContractError
+from stabletrain_contract.channel import (
     AUTHORIZATION_HEADER,
     MAX_STATUS_BYTES,
     STATUS_HTTP_PATH,
@@ -27,8 +27,8 @@ from stabletrain_agent.contract.channel import (
     bearer,
     parse_agent_status,
 )
-from stabletrain_agent.contract.supervisor import SupervisorReport
-from stabletrain_operator.capped_read import read_capped
+from stabletrain_contract.supervisor import SupervisorReport
+from stabletrain_operator.pod_calls.capped_read import read_capped
 
 _log = logging.getLogger(__name__)
 
@@ -118,9 +118,9 @@ MAX_CONCURRENT_SCRAPES = 256
 slots instead of opening 256 more sockets next to every other job's."""
 KEEPALIVE_SECONDS = 8.0
 """How long an idle connection to an agent is kept for its next scrape. Below the agent's
-own idle limit (stabletrain_agent.http_server.REQUEST_TIMEOUT_SECONDS, 10 s), so the operator
-never sends on a connection the agent is closing. A new connection per scrape was half of
-the operator's scrape CPU at 100 jobs (bench/operator_scale.py, profiled)."""
+own idle limit (stabletrain_agent.endpoint.http_server.REQUEST_TIMEOUT_SECONDS, 10 s), so
+the operator never sends on a connection the agent is closing. A new connection per scrape
+was half of the operator's scrape CPU at 100 jobs (bench/operator_scale.py, profiled)."""
 
 
 class Scraper:
@@ -149,7 +149,7 @@ class Scraper:
 
     @property
     def session(self) -> aiohttp.ClientSession:
-        """The session, for the live-directive PUTs (stabletrain_operator.directive_put)."""
+        """The session, for the live-directive PUTs (pod_calls/directive_put.py)."""
         return self._session
 
     async def close(self) -> None:

@@ -3,8 +3,8 @@ stopped while the others advance, or a (re)launched process did not get through 
 steps within the start-up bound.
 
 The operator decides from the heartbeats the agents serve off their training threads
-(stabletrain_agent.heartbeat). Idle time is measured on each agent's own clock (the answer's
-`updatedAt` minus its `lastStepAt`) plus the operator's time since that answer, so clock
+(stabletrain_agent.endpoint.heartbeat). Idle time is measured on each agent's own clock (the
+answer's `updatedAt` minus its `lastStepAt`) plus the operator's time since that answer, so clock
 skew between nodes cannot fake or hide a stall.
 
 Running ranks. The bound is `detection.stallSeconds` when set; otherwise it is sized from
@@ -41,7 +41,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from stabletrain_agent.contract.channel import Heartbeat, ThreadPlace
+from stabletrain_contract.channel import Heartbeat, ThreadPlace
 
 WARMUP_STEPS = 2
 """Completed steps after which a process is held to the stall bound; before, to the

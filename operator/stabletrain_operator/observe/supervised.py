@@ -12,8 +12,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 
-from stabletrain_agent.contract.supervisor import ProcessState, SupervisorReport
-from stabletrain_operator.observe.pods import PodFacts, PodState, termination_facts
+from stabletrain_contract.supervisor import ProcessState, SupervisorReport
+from stabletrain_operator.observe.pod_facts import PodFacts, PodState, termination_facts
 
 REASONS = {
     ProcessState.EXITED: "Error",

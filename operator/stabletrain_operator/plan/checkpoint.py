@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
-from stabletrain_agent.checkpoint.selection import NoCheckpointError, select_checkpoint
-from stabletrain_agent.contract.checkpoint_inventory import CheckpointRecord
+from stabletrain_contract.checkpoint.inventory import CheckpointRecord
+from stabletrain_contract.checkpoint.selection import NoCheckpointError, select_checkpoint
 from stabletrain_operator.api.spec import (
     CheckpointSelection,
     NoCheckpointDecision,

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from stabletrain_agent.contract.channel import AgentStatus
-from stabletrain_agent.contract.detection import DetectionConfig
-from stabletrain_agent.contract.names import Action
+from stabletrain_contract.channel import AgentStatus
+from stabletrain_contract.detection import DetectionConfig
+from stabletrain_contract.names import Action
 from stabletrain_operator.api.status import Plan
 from stabletrain_operator.policy.action_registry import kind_of
 

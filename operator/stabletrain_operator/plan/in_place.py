@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
-from stabletrain_agent.contract.supervisor import ENDED_STATES, ProcessState, SupervisorReport
+from stabletrain_contract.supervisor import ENDED_STATES, ProcessState, SupervisorReport
 from stabletrain_operator.api.status import RollbackRecord, SuspectNode
-from stabletrain_operator.observe.pods import PodFacts
+from stabletrain_operator.observe.pod_facts import PodFacts
 
 REPEATED_INCIDENTS = 2
 """A suspect node's pods are kept (restarted in place) at its first incident and replaced

@@ -19,10 +19,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from stabletrain_agent.checkpoint.inventory_scan import merge_records
-from stabletrain_agent.contract.channel import AgentStatus
-from stabletrain_agent.contract.checkpoint_inventory import CheckpointRecord, TierCopy, expand_entry
-from stabletrain_agent.contract.trip_report import TripReport
+from stabletrain_contract.channel import AgentStatus
+from stabletrain_contract.checkpoint.inventory import CheckpointRecord, TierCopy, expand_entry
+from stabletrain_contract.checkpoint.inventory_merge import merge_records
+from stabletrain_contract.trip_report import TripReport
 from stabletrain_operator.api.status import INVENTORY_MAX
 
 

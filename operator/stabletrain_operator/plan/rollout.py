@@ -28,18 +28,19 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-from stabletrain_agent.contract.channel import AgentStatus
-from stabletrain_agent.contract.checkpoint_settings import CheckpointSettings
-from stabletrain_agent.contract.detection import DetectionConfig
-from stabletrain_agent.contract.directives import Directives
-from stabletrain_agent.contract.trip_rules import TripRule
+from stabletrain_contract.channel import AgentStatus
+from stabletrain_contract.checkpoint.settings import CheckpointSettings
+from stabletrain_contract.detection import DetectionConfig
+from stabletrain_contract.directives import Directives
+from stabletrain_contract.trip_rules import TripRule
 from stabletrain_operator.api.constants import ConditionType, Phase, Reason
 from stabletrain_operator.api.policy_in_force import BuiltFrom, PolicyInForce, PolicyRollout
 from stabletrain_operator.api.quantity import quantity_bytes
 from stabletrain_operator.api.spec import RecoverySpec, StableTrainingJobSpec
 from stabletrain_operator.api.status import StableTrainingJobStatus
-from stabletrain_operator.conditions import condition, set_condition
-from stabletrain_operator.observe.pods import PodFacts, PodState
+from stabletrain_operator.conditions.entries import condition, set_condition
+from stabletrain_operator.conditions.preflight_condition import Notice
+from stabletrain_operator.observe.pod_facts import PodFacts, PodState
 from stabletrain_operator.observe.scrape import ScrapeResult
 from stabletrain_operator.plan.sent_directives import (
     checkpoint_settings,
@@ -50,7 +51,6 @@ from stabletrain_operator.plan.sent_directives import (
 from stabletrain_operator.platform_policy.effective import EffectivePolicy
 from stabletrain_operator.policy import trip_signals
 from stabletrain_operator.policy.trips import reported_trips
-from stabletrain_operator.preflight.condition import Notice
 
 RUNNING_PHASES = frozenset({Phase.RUNNING, Phase.CONFIRMING})
 """Phases whose pods run the attempt: an edit of what they apply is sent to them."""

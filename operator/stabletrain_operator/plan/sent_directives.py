@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from stabletrain_agent.contract.checkpoint_settings import CheckpointSettings
-from stabletrain_agent.contract.directives import Directives, SkipRange
-from stabletrain_agent.contract.names import AGENT_SIGNALS, CUSTOM_SIGNAL_PREFIX
-from stabletrain_agent.contract.trip_rules import TripRule
+from stabletrain_contract.checkpoint.settings import CheckpointSettings
+from stabletrain_contract.directives import Directives, SkipRange
+from stabletrain_contract.names import AGENT_SIGNALS, CUSTOM_SIGNAL_PREFIX
+from stabletrain_contract.trip_rules import TripRule
 from stabletrain_operator.api.quantity import quantity_bytes
 from stabletrain_operator.api.spec import RecoverySpec, StableTrainingJobSpec
 from stabletrain_operator.policy import trip_signals

@@ -11,10 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from stabletrain_agent.contract.directives import RUN_END, SkipRange, SkipUnit
-
-SHARDS_NAMED_MAX = 16
-"""Shard ids spelled out in one message; the rest are counted (status lists them all)."""
+from stabletrain_contract.directives import RUN_END, SkipRange, SkipUnit
 
 
 def merge_skip_ranges(*groups: Iterable[SkipRange]) -> tuple[SkipRange, ...]:
@@ -50,17 +47,3 @@ def skipping_repeat_suspects(
         return tuple(added)
     rest = SkipRange(first=0, last=RUN_END, unit=SkipUnit.BATCH, shard_ids=tuple(again))
     return (rest, *added)
-
-
-def describe_skip(skip: SkipRange) -> str:
-    """A skip range as people read it in Events and conditions, with the shards it names."""
-    unit = "steps" if skip.unit is SkipUnit.STEP else "batches"
-    span = f"{skip.first} to the end of the run" if skip.to_run_end else f"{skip.first}-{skip.last}"
-    where = f"the data of {unit} {span}"
-    if not skip.shard_ids:
-        return where
-    shards = ", ".join(skip.shard_ids[:SHARDS_NAMED_MAX])
-    more = len(skip.shard_ids) - SHARDS_NAMED_MAX
-    if more > 0:
-        shards += f" and {more} more"
-    return f"shard(s) {shards} in {where}"

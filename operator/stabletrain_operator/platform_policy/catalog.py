@@ -20,7 +20,7 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from stabletrain_operator.api.cluster_policy import StableTrainingPolicy
-from stabletrain_operator.platform_policy.selection import applicable
+from stabletrain_operator.platform_policy.label_selection import applicable
 
 REFRESH_SECONDS = 5.0
 """How long a policy edit takes at most to reach the jobs (plus their next tick)."""

@@ -19,8 +19,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from stabletrain_agent.contract.base import error_lines
-from stabletrain_agent.contract.names import Action
+from stabletrain_contract.base import error_lines
+from stabletrain_contract.names import Action
 from stabletrain_operator.api.cluster_policy import PolicyLimits, StableTrainingPolicy
 from stabletrain_operator.api.constants import Reason
 from stabletrain_operator.api.policy_in_force import SOURCE_JOB, PolicySource

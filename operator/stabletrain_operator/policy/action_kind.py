@@ -14,7 +14,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Literal
 
-from stabletrain_agent.contract.names import Action
+from stabletrain_contract.names import Action
 from stabletrain_operator.api.constants import Reason
 from stabletrain_operator.api.spec import RecoveryRule, RecoverySpec
 from stabletrain_operator.policy.decision import Decision, Deferral
@@ -42,7 +42,7 @@ budgeted action starts the cooldown."""
 
 
 class Relaunch(StrEnum):
-    """What Planning does once every pod of a stopping action is gone."""
+    """What Planning does once every process of a stopping action's attempt has ended."""
 
     BEFORE_ONSET = "BeforeOnset"
     """The newest stable checkpoint before the onset (bounded by the rule, its
@@ -97,7 +97,8 @@ class ActionKind:
 
     @property
     def stops_the_run(self) -> bool:
-        """Its pods must all be gone first; the agent may trip on signals its rules name."""
+        """The attempt's processes must all end first (in kept pods or with their pods); the
+        agent may trip on signals its rules name."""
         return self.relaunch is not None
 
     @property

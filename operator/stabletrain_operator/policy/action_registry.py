@@ -1,6 +1,6 @@
 """The one table from action to what it means: jobset's failure-policy map, for our actions.
 
-To add an action: its name in `Action` (stabletrain_agent/contract/names.py), its reason in
+To add an action: its name in `Action` (stabletrain_contract/names.py), its reason in
 `Reason` (api/constants.py), an applier in policy/actions.py when none fits, and its entry
 here. The state machine, the engine, the planner, the docs and the replay plot all read the
 entry; a unit test fails when an action has none.
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from stabletrain_agent.contract.names import Action
+from stabletrain_contract.names import Action
 from stabletrain_operator.api.constants import Reason
 from stabletrain_operator.policy.action_kind import ActionKind, Relaunch, StatusCounter
 from stabletrain_operator.policy.actions import (

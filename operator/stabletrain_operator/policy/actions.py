@@ -10,11 +10,10 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from stabletrain_agent.contract.directives import SkipRange
-from stabletrain_agent.contract.names import Action, AnomalyClass
+from stabletrain_contract.directives import SkipRange
+from stabletrain_contract.names import Action, AnomalyClass
 from stabletrain_operator.api.constants import Reason
 from stabletrain_operator.api.spec import RecoveryRule, RecoverySpec, RollbackParams
-from stabletrain_operator.plan.skips import describe_skip
 from stabletrain_operator.policy.action_kind import Matched
 from stabletrain_operator.policy.arithmetic import (
     reduced_lr_scale,
@@ -24,6 +23,7 @@ from stabletrain_operator.policy.arithmetic import (
 )
 from stabletrain_operator.policy.decision import ESCALATION_RULE, MANUAL_RULE, Decision, Deferral
 from stabletrain_operator.policy.observation import Observation
+from stabletrain_operator.policy.skip_wording import describe_skip
 
 if TYPE_CHECKING:
     # Only a type here: the ledger reads the action registry, which names these appliers.

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from stabletrain_agent.contract.directives import SkipRange, SkipUnit
+from stabletrain_contract.directives import SkipRange, SkipUnit
 from stabletrain_operator.api.spec import RollbackParams, SkipData
 
 SCALE_DIGITS = 12

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from stabletrain_agent.contract.directives import SkipRange
-from stabletrain_agent.contract.names import Action, AnomalyClass
+from stabletrain_contract.directives import SkipRange
+from stabletrain_contract.names import Action, AnomalyClass
 
 MANUAL_RULE = "manual"
 """Rule name recorded for a person's rollback request."""

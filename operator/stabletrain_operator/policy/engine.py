@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from stabletrain_agent.contract.names import (
+from stabletrain_contract.names import (
     AGENT_SIGNALS,
     CUSTOM_SIGNAL_PREFIX,
     Action,
@@ -94,28 +94,21 @@ def evaluate(
 def record(ledger: PolicyLedger, decision: Decision, *, now: datetime) -> PolicyLedger:
     """The ledger after the operator carried `decision` out: budgets, cooldown, escalation."""
     kind = kind_of(decision.action)
-    if kind.counter is StatusCounter.ROLLBACKS:
-        if decision.request_id:
-            return replace(
-                ledger,
-                rollbacks_used=ledger.rollbacks_used + 1,
-                last_action_at=now,
-                last_manual_request_id=decision.request_id,
-            )
-        memory = None
-        if decision.onset_step is not None:
-            memory = RollbackMemory(
-                onset_step=decision.onset_step,
-                lr_scale=decision.lr_scale if decision.lr_scale is not None else 1.0,
-                skip=decision.skip,
-                escalation_level=decision.escalation_level,
-                anomaly_class=decision.anomaly_class,
-            )
-        if memory is None:
-            return replace(ledger, rollbacks_used=ledger.rollbacks_used + 1, last_action_at=now)
+    rollback = kind.counter is StatusCounter.ROLLBACKS
+    if rollback and decision.request_id:
+        spent = ledger.spent(kind.counter, now=now)
+        return replace(spent, last_manual_request_id=decision.request_id)
+    if rollback and decision.onset_step is not None:
+        memory = RollbackMemory(
+            onset_step=decision.onset_step,
+            lr_scale=decision.lr_scale if decision.lr_scale is not None else 1.0,
+            skip=decision.skip,
+            escalation_level=decision.escalation_level,
+            anomaly_class=decision.anomaly_class,
+        )
         return ledger.with_rollback(memory, now=now)
-    if kind.counter is StatusCounter.RESTARTS:
-        return replace(ledger, restarts_used=ledger.restarts_used + 1, last_action_at=now)
+    if kind.budgeted:
+        return ledger.spent(kind.counter, now=now)
     if not kind.stops_the_run:
         return ledger.with_live_action(
             AlertEpisode(

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from stabletrain_agent.contract.channel import AgentStatus
-from stabletrain_agent.contract.trip_report import TripReport
+from stabletrain_contract.channel import AgentStatus
+from stabletrain_contract.trip_report import TripReport
 from stabletrain_operator.api.constants import Phase
 from stabletrain_operator.api.spec import StableTrainingJobSpec
 from stabletrain_operator.api.status import FailureRecord, StableTrainingJobStatus, Suspect
@@ -25,7 +25,7 @@ from stabletrain_operator.observe.culprit import (
     failure_suspects,
     stall_suspects,
 )
-from stabletrain_operator.observe.pods import PodFacts, PodState, failure_evidence
+from stabletrain_operator.observe.pod_facts import PodFacts, PodState, failure_evidence
 from stabletrain_operator.observe.stall import RankProgress, judge_stall
 from stabletrain_operator.policy.action_registry import kind_of
 from stabletrain_operator.policy.observation import (

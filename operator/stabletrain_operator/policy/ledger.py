@@ -16,8 +16,8 @@ from datetime import datetime
 
 from pydantic import ValidationError
 
-from stabletrain_agent.contract.base import error_lines
-from stabletrain_agent.contract.names import AnomalyClass
+from stabletrain_contract.base import error_lines
+from stabletrain_contract.names import AnomalyClass
 from stabletrain_operator.api.policy_memory import (
     RAISED_ALERTS_MAX,
     RECENT_ROLLBACKS_MAX,
@@ -167,11 +167,29 @@ class PolicyLedger:
             recent_rollbacks=automatic[-RECENT_ROLLBACKS_MAX:],
         )
 
+    def used(self, counter: StatusCounter) -> int:
+        """How much of a budgeted counter's budget was used."""
+        if counter is StatusCounter.ROLLBACKS:
+            return self.rollbacks_used
+        if counter is StatusCounter.RESTARTS:
+            return self.restarts_used
+        raise ValueError(f"the ledger keeps no budget for {counter}")
+
+    def spent(self, counter: StatusCounter | None, *, now: datetime) -> PolicyLedger:
+        """One more of a budgeted counter's budget used by a stopping action taken `now`.
+
+        Every counter of action_kind.BUDGETED needs its field and a branch here and in
+        `used` (a unit test holds it); any other counter is refused rather than not counted.
+        """
+        if counter is StatusCounter.ROLLBACKS:
+            return replace(self, rollbacks_used=self.rollbacks_used + 1, last_action_at=now)
+        if counter is StatusCounter.RESTARTS:
+            return replace(self, restarts_used=self.restarts_used + 1, last_action_at=now)
+        raise ValueError(f"the ledger keeps no budget for {counter}")
+
     def with_rollback(self, memory: RollbackMemory, *, now: datetime) -> PolicyLedger:
         return replace(
-            self,
-            rollbacks_used=self.rollbacks_used + 1,
-            last_action_at=now,
+            self.spent(StatusCounter.ROLLBACKS, now=now),
             recent_rollbacks=(*self.recent_rollbacks, memory)[-RECENT_ROLLBACKS_MAX:],
         )
 

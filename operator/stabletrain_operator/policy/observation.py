@@ -11,10 +11,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from stabletrain_agent.contract.channel import AgentStatus, FindingReport
-from stabletrain_agent.contract.directives import SkipRange
-from stabletrain_agent.contract.names import AnomalyClass, Signal
-from stabletrain_agent.contract.trip_report import TripReport
+from stabletrain_contract.channel import AgentStatus, FindingReport
+from stabletrain_contract.directives import SkipRange
+from stabletrain_contract.names import AnomalyClass, Signal
+from stabletrain_contract.trip_report import TripReport
 
 
 class ObservationSource(StrEnum):

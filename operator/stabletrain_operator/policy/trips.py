@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 
-from stabletrain_agent.contract.channel import AgentStatus
-from stabletrain_agent.contract.trip_report import TripReport
-from stabletrain_operator.observe.pods import PodFacts, PodState
+from stabletrain_contract.channel import AgentStatus
+from stabletrain_contract.trip_report import TripReport
+from stabletrain_operator.observe.pod_facts import PodFacts, PodState
 
 TRIP_REPORTS_AWAITED = timedelta(seconds=10)
 """How long a trip waits for the reports of the other ranks still running. All ranks trip at

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from stabletrain_agent.checkpoint.retention import MIN_KEEP, local_copies
-from stabletrain_agent.contract.preflight import Precision, PreflightFacts, TierFacts
+from stabletrain_contract.checkpoint.retention import MIN_KEEP, local_copies
+from stabletrain_contract.preflight import Precision, PreflightFacts, TierFacts
 from stabletrain_operator.api.quantity import quantity_bytes
 from stabletrain_operator.api.spec import (
     CheckpointSelection,

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 from stabletrain_operator.api.constants import ConditionType, Reason
 from stabletrain_operator.api.status import QueueState, QueueStatus, StableTrainingJobStatus
-from stabletrain_operator.conditions import set_condition
-from stabletrain_operator.job_conditions import Stamp
+from stabletrain_operator.conditions.entries import set_condition
+from stabletrain_operator.conditions.job import Stamp
 from stabletrain_operator.queue.admission import Admission
 
 _REASON = re.compile(r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")

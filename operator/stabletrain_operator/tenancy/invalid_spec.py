@@ -8,8 +8,8 @@ from collections.abc import Sequence
 
 from stabletrain_operator.api.constants import ConditionType, Reason
 from stabletrain_operator.api.status import StableTrainingJobStatus
-from stabletrain_operator.conditions import condition, set_condition
-from stabletrain_operator.job_conditions import Stamp
+from stabletrain_operator.conditions.entries import condition, set_condition
+from stabletrain_operator.conditions.job import Stamp
 from stabletrain_operator.tenancy.problems import SpecProblem, summary
 
 ACCEPTED = "the spec became pods"

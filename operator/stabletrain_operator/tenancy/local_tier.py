@@ -1,4 +1,4 @@
-"""Whether the node-local tier a spec asks for is one the cluster allows (settings.py)."""
+"""Whether the node-local tier a spec asks for is one the cluster allows (limits.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import posixpath
 from stabletrain_operator.api.constants import Reason
 from stabletrain_operator.api.spec import LocalTierSpec, bad_directory
 from stabletrain_operator.tenancy import pod_security
+from stabletrain_operator.tenancy.limits import TenancySettings
 from stabletrain_operator.tenancy.problems import SpecProblem
-from stabletrain_operator.tenancy.settings import TenancySettings
 
 FIELD = "spec.checkpoints.local"
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from stabletrain_operator.tenancy.settings import PodSecurityLevel
+from stabletrain_operator.tenancy.limits import PodSecurityLevel
 
 Json = Mapping[str, Any]
 

@@ -4,7 +4,7 @@ The CRD's schema and CEL rules refuse what they can at `kubectl apply`; what the
 (the cluster's own limits, the open pod template, names that outgrow a hostname only at a
 high attempt) is found here, each problem naming its field, in this order:
 
-1. the job's name (names.py),
+1. the job's name (hostnames.py),
 2. the node-local tier against the cluster's node directories and volume types
    (local_tier.py),
 3. the shape of the template fields the operator fills in (template_shape.py),
@@ -32,10 +32,10 @@ from stabletrain_operator.api.constants import Reason
 from stabletrain_operator.api.spec import StableTrainingJobSpec
 from stabletrain_operator.kube import Kube
 from stabletrain_operator.tenancy import pod_security
+from stabletrain_operator.tenancy.hostnames import name_problems
+from stabletrain_operator.tenancy.limits import TenancySettings
 from stabletrain_operator.tenancy.local_tier import local_tier_problems
-from stabletrain_operator.tenancy.names import name_problems
 from stabletrain_operator.tenancy.problems import SpecProblem
-from stabletrain_operator.tenancy.settings import TenancySettings
 from stabletrain_operator.tenancy.template_shape import shape_problems
 
 TEMPLATE = "spec.workers.template"

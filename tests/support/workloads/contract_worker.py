@@ -31,19 +31,20 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from stabletrain_agent.contract import env
-from stabletrain_agent.contract.checkpoint_inventory import (
+from stabletrain_agent.endpoint.directive_inbox import DirectiveSource
+from stabletrain_agent.endpoint.exporter import AgentExporter
+from stabletrain_agent.run_end.trip_exit import write_termination_message
+from stabletrain_contract import env
+from stabletrain_contract.checkpoint.inventory import (
     CheckpointRecord,
     NodeCopy,
     TierCopy,
     compact_inventory,
 )
-from stabletrain_agent.contract.directives import Directives, SkipRange
-from stabletrain_agent.contract.restore import RESTORE_EXIT_CODE, render_restore_failure
-from stabletrain_agent.directive_inbox import DirectiveSource
-from stabletrain_agent.export import AgentExporter
-from stabletrain_agent.signals.monitor import SignalMonitor, StepObservation
-from stabletrain_agent.trip_exit import build_trip_report, write_termination_message
+from stabletrain_contract.directives import Directives, SkipRange
+from stabletrain_contract.restore import RESTORE_EXIT_CODE, render_restore_failure
+from stabletrain_contract.signals.monitor import SignalMonitor, StepObservation
+from stabletrain_contract.signals.trip_report_builder import build_trip_report
 
 
 def _int(name: str, default: int) -> int:

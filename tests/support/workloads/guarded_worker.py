@@ -41,10 +41,10 @@ from torch.nn.parallel import DistributedDataParallel
 from stabletrain_agent.checkpoint.manager import CheckpointConfig, CheckpointManager
 from stabletrain_agent.checkpoint.planned import restore_planned
 from stabletrain_agent.checkpoint.states import ModelOptimizerState
-from stabletrain_agent.contract import env
 from stabletrain_agent.data import Shard, ShardedBatches
 from stabletrain_agent.guard import Guard
-from stabletrain_agent.trip_exit import TrainingTripped
+from stabletrain_agent.run_end.trip_exit import TrainingTripped
+from stabletrain_contract import env
 
 FEATURES = 8
 SHARD_SAMPLES = 32

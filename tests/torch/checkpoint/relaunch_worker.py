@@ -21,7 +21,7 @@ from ckpt_reference import Holder
 
 from stabletrain_agent.checkpoint.manager import CheckpointConfig, CheckpointManager
 from stabletrain_agent.checkpoint.states import ModelOptimizerState, RngState
-from stabletrain_agent.contract import env
+from stabletrain_contract import env
 
 STEPS = 3
 

@@ -18,8 +18,8 @@ from stabletrain_agent.checkpoint.manager import (
     RestoreResult,
 )
 from stabletrain_agent.checkpoint.planned import RestoreFailed, restore_planned
-from stabletrain_agent.contract.checkpoint_inventory import PodCopy
-from stabletrain_agent.contract.directives import Directives
+from stabletrain_contract.checkpoint.inventory import PodCopy
+from stabletrain_contract.directives import Directives
 
 SAVE_EVERY = 5
 SNAPSHOT_EVERY = 3

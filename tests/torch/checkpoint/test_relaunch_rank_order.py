@@ -21,7 +21,7 @@ import torch
 from test_two_nodes import assert_bit_exact
 
 from stabletrain_agent.checkpoint.layout import local_copy_dir, local_part_root
-from stabletrain_agent.contract import env
+from stabletrain_contract import env
 from support.processes import ManagedProcess, free_port
 
 HERE = Path(__file__).parent

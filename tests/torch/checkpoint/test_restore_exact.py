@@ -11,8 +11,8 @@ from ckpt_reference import Holder, empty_app, matches, reference
 
 from stabletrain_agent.checkpoint.manager import CheckpointConfig, CheckpointManager
 from stabletrain_agent.checkpoint.planned import RestoreFailed, restore_planned
-from stabletrain_agent.contract.directives import Directives
-from stabletrain_agent.contract.restore import RESTORE_EXIT_CODE, parse_restore_failure
+from stabletrain_contract.directives import Directives
+from stabletrain_contract.restore import RESTORE_EXIT_CODE, parse_restore_failure
 
 KEEP = {"keep_local": 2, "keep_pfs": 2}
 

@@ -10,7 +10,7 @@ from ckpt_reference import Holder, empty_app, matches, reference
 
 from stabletrain_agent.checkpoint.layout import local_copy_dir, local_part_root, pfs_part_dir
 from stabletrain_agent.checkpoint.manager import CheckpointConfig, CheckpointManager
-from stabletrain_agent.contract.checkpoint_inventory import compact_inventory
+from stabletrain_contract.checkpoint.inventory import compact_inventory
 
 
 def flip_a_byte(directory: Path) -> None:

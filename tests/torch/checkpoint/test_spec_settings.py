@@ -16,7 +16,7 @@ from ckpt_reference import Holder, reference
 from stabletrain_agent.checkpoint.layout import iter_attempt_dirs
 from stabletrain_agent.checkpoint.manager import CheckpointConfig, CheckpointManager
 from stabletrain_agent.checkpoint.manifest import read_manifest
-from stabletrain_agent.contract import env
+from stabletrain_contract import env
 from stabletrain_operator import pods
 from stabletrain_operator.api.spec import StableTrainingJobSpec
 from stabletrain_operator.plan.sent_directives import attempt_directives

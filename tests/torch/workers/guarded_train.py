@@ -31,7 +31,7 @@ from stabletrain_agent.checkpoint.planned import restore_planned
 from stabletrain_agent.checkpoint.states import ModelOptimizerState
 from stabletrain_agent.data import Shard, ShardedBatches
 from stabletrain_agent.guard import Guard
-from stabletrain_agent.trip_exit import TrainingTripped
+from stabletrain_agent.run_end.trip_exit import TrainingTripped
 
 BLOCK = 16
 VOCAB = 32

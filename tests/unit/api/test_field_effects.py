@@ -1,5 +1,5 @@
-"""The field table of docs/api.md (api/effects.py) covers every spec field, names only
-fields the schema has, and only tests that exist: rule 13 of DESIGN.md, checked."""
+"""The field table of docs/api.md (generate/field_effects.py) covers every spec field, names only
+fields the schema has, and only tests that exist: no field the code may silently ignore."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from stabletrain_operator.api.cluster_policy import StableTrainingPolicy
-from stabletrain_operator.api.effects import FIELD_EFFECTS, POLICY_FIELD_EFFECTS
 from stabletrain_operator.api.resource import StableTrainingJob
-from stabletrain_operator.api.schema import structural
+from stabletrain_operator.generate.field_effects import FIELD_EFFECTS, POLICY_FIELD_EFFECTS
+from stabletrain_operator.generate.schema import structural
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from stabletrain_agent.contract.names import Action
-from stabletrain_operator.api.crdgen import (
+from stabletrain_contract.names import Action
+from stabletrain_operator.generate.api_docs import env_docs
+from stabletrain_operator.generate.crds import (
     CHART_CRD_PATH,
     CRD_PATH,
     DOCS_PATH,
@@ -21,8 +22,7 @@ from stabletrain_operator.api.crdgen import (
     policy_openapi_schema,
     stale_files,
 )
-from stabletrain_operator.api.docs import env_docs
-from stabletrain_operator.api.schema import structural
+from stabletrain_operator.generate.schema import structural
 from stabletrain_operator.policy.action_registry import kind_of
 
 REPO = Path(__file__).resolve().parents[3]

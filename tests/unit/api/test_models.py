@@ -11,9 +11,9 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from stabletrain_operator.api.crdgen import openapi_schema
 from stabletrain_operator.api.resource import StableTrainingJob
 from stabletrain_operator.api.spec import StableTrainingJobSpec, default_rules
+from stabletrain_operator.generate.crds import openapi_schema
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "manifests"
 

@@ -16,13 +16,13 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
-from stabletrain_agent.contract import env
-from stabletrain_agent.directive_inbox import DirectiveSource
-from stabletrain_agent.export import AgentExporter
+from stabletrain_agent.endpoint.directive_inbox import DirectiveSource
+from stabletrain_agent.endpoint.exporter import AgentExporter
+from stabletrain_contract import env
 from stabletrain_operator import metrics, naming, pods
 from stabletrain_operator.remediation import NodeAction, NodeRemediation
+from stabletrain_operator.tenancy.limits import PodSecurityLevel
 from stabletrain_operator.tenancy.network_policy import NetworkSettings, build_network_policy
-from stabletrain_operator.tenancy.settings import PodSecurityLevel
 from support.chart import ALL_ON_VALUES, CHART, Manifest, Rendered, parse_promql, render
 
 CLUSTER_ALL_ON, NAMESPACED_ALL_ON = ALL_ON_VALUES

@@ -23,8 +23,8 @@ from stabletrain_agent.checkpoint.layout import (
     local_temp_dir,
 )
 from stabletrain_agent.checkpoint.memory_tier import keep_only, start_attempt
-from stabletrain_agent.contract import env
-from stabletrain_agent.contract.checkpoint_inventory import PodCopy
+from stabletrain_contract import env
+from stabletrain_contract.checkpoint.inventory import PodCopy
 
 
 def held(memory: Path) -> list[tuple[int, int]]:

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from stabletrain_agent.checkpoint.retention import RetentionItem, copies_within, plan_deletions
+from stabletrain_contract.checkpoint.retention import RetentionItem, copies_within, plan_deletions
 
 
 def item(

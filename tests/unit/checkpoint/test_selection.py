@@ -4,14 +4,14 @@ from datetime import UTC, datetime
 
 import pytest
 
-from stabletrain_agent.checkpoint.inventory_scan import merge_records
-from stabletrain_agent.checkpoint.selection import NoCheckpointError, select_checkpoint
-from stabletrain_agent.contract.checkpoint_inventory import (
+from stabletrain_contract.checkpoint.inventory import (
     CheckpointRecord,
     NodeCopy,
     PodCopy,
     TierCopy,
 )
+from stabletrain_contract.checkpoint.inventory_merge import merge_records
+from stabletrain_contract.checkpoint.selection import NoCheckpointError, select_checkpoint
 
 NODES = ("n0", "n1")
 PODS = ("job-a3-0", "job-a3-1")

@@ -14,7 +14,7 @@ from stabletrain_operator.api.cluster_policy import StableTrainingPolicy
 from stabletrain_operator.api.spec import StableTrainingJobSpec
 from stabletrain_operator.cli.replay.history import read_history
 from stabletrain_operator.cli.replay.policy_file import read_policy
-from stabletrain_operator.cli.replay.run import replay
+from stabletrain_operator.cli.replay.replay_loop import replay
 from stabletrain_operator.platform_policy.effective import effective_policy
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "policy.md"

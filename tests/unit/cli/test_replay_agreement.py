@@ -10,8 +10,8 @@ import pytest
 
 from stabletrain_operator.cli.replay.history import read_history
 from stabletrain_operator.cli.replay.policy_file import default_policy, read_policy
+from stabletrain_operator.cli.replay.replay_loop import replay
 from stabletrain_operator.cli.replay.report import decision_record
-from stabletrain_operator.cli.replay.run import replay
 
 CASES = sorted(p for p in (Path(__file__).parent / "replay_agreement").iterdir() if p.is_dir())
 

@@ -14,7 +14,7 @@ from replay_histories import history, write_csv
 from stabletrain_operator.cli.main import main
 from stabletrain_operator.cli.replay.history import read_history
 from stabletrain_operator.cli.replay.policy_file import default_policy
-from stabletrain_operator.cli.replay.run import PROGRESS_EVERY, replay
+from stabletrain_operator.cli.replay.replay_loop import PROGRESS_EVERY, replay
 
 Decisions = list[dict[str, Any]]
 

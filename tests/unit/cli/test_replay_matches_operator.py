@@ -18,17 +18,17 @@ from typing import Any
 import pytest
 from replay_histories import Row, history, write_csv
 
-from stabletrain_agent.contract.channel import AgentStatus
-from stabletrain_agent.signals.monitor import SignalMonitor, StepObservation
-from stabletrain_agent.trip_exit import build_trip_report
+from stabletrain_contract.channel import AgentStatus
+from stabletrain_contract.signals.monitor import SignalMonitor, StepObservation
+from stabletrain_contract.signals.trip_report_builder import build_trip_report
 from stabletrain_operator.api.constants import Phase
 from stabletrain_operator.api.spec import StableTrainingJobSpec
 from stabletrain_operator.api.status import StableTrainingJobStatus
 from stabletrain_operator.cli.replay.history import read_history
 from stabletrain_operator.cli.replay.policy_file import ReplayPolicy, default_policy, read_policy
-from stabletrain_operator.cli.replay.run import REPLAY_EPOCH, replay
+from stabletrain_operator.cli.replay.replay_loop import REPLAY_EPOCH, replay
 from stabletrain_operator.machine import World, advance
-from stabletrain_operator.observe.pods import PodFacts, PodState
+from stabletrain_operator.observe.pod_facts import PodFacts, PodState
 from stabletrain_operator.observe.scrape import ScrapeResult
 from stabletrain_operator.policy import Decision, PolicyLedger, trip_signals
 

@@ -13,14 +13,14 @@ import pkgutil
 from collections.abc import Iterator
 from typing import Any
 
-import stabletrain_agent.contract
-from stabletrain_agent.contract.base import ContractModel
+import stabletrain_contract
+from stabletrain_contract.base import ContractModel
 
 
 def contract_models() -> list[type[ContractModel]]:
     found: dict[str, type[ContractModel]] = {}
-    for module_info in pkgutil.iter_modules(stabletrain_agent.contract.__path__):
-        module = importlib.import_module(f"stabletrain_agent.contract.{module_info.name}")
+    for module_info in pkgutil.iter_modules(stabletrain_contract.__path__):
+        module = importlib.import_module(f"stabletrain_contract.{module_info.name}")
         for name, value in vars(module).items():
             if (
                 inspect.isclass(value)

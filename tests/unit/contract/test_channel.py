@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from stabletrain_agent.contract.base import ContractError
-from stabletrain_agent.contract.channel import (
+from stabletrain_contract.base import ContractError
+from stabletrain_contract.channel import (
     OUTCOME_STATUS,
     AgentStatus,
     DirectiveAck,
@@ -21,10 +21,10 @@ from stabletrain_agent.contract.channel import (
     parse_directive_ack,
     token_matches,
 )
-from stabletrain_agent.contract.checkpoint_inventory import CheckpointRecord, NodeCopy, TierCopy
-from stabletrain_agent.contract.directives import Directives
-from stabletrain_agent.contract.names import AnomalyClass
-from stabletrain_agent.contract.trip_report import TripReport
+from stabletrain_contract.checkpoint.inventory import CheckpointRecord, NodeCopy, TierCopy
+from stabletrain_contract.directives import Directives
+from stabletrain_contract.names import AnomalyClass
+from stabletrain_contract.trip_report import TripReport
 
 NOW = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
 

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from stabletrain_agent.contract.completion import Completion, parse_completion, render_completion
-from stabletrain_agent.contract.restore import render_restore_failure
+from stabletrain_contract.completion import Completion, parse_completion, render_completion
+from stabletrain_contract.restore import render_restore_failure
 
 
 @pytest.mark.parametrize("loss", [2.538881301879883, 1e-05, 12345.678, None])

@@ -11,7 +11,7 @@ import math
 
 import pytest
 
-from stabletrain_agent.contract.detection import (
+from stabletrain_contract.detection import (
     CustomSignalConfig,
     DetectionConfig,
     LossSpikeConfig,
@@ -19,7 +19,7 @@ from stabletrain_agent.contract.detection import (
     ThresholdKind,
     ThroughputConfig,
 )
-from stabletrain_agent.contract.names import AGENT_SIGNALS, Signal
+from stabletrain_contract.names import AGENT_SIGNALS, Signal
 
 
 def healthy_losses(level: float, steps: int) -> list[float]:

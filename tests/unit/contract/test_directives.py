@@ -6,17 +6,17 @@ import json
 
 import pytest
 
-from stabletrain_agent.contract.base import ContractError
-from stabletrain_agent.contract.checkpoint_settings import CheckpointSettings
-from stabletrain_agent.contract.detection import CustomSignalConfig, DetectionConfig, ThresholdKind
-from stabletrain_agent.contract.directives import (
+from stabletrain_contract.base import ContractError
+from stabletrain_contract.checkpoint.settings import CheckpointSettings
+from stabletrain_contract.detection import CustomSignalConfig, DetectionConfig, ThresholdKind
+from stabletrain_contract.directives import (
     DEFAULT_TRIP_ON,
     Directives,
     SkipRange,
     SkipUnit,
     parse_directives,
 )
-from stabletrain_agent.contract.trip_rules import TripRule
+from stabletrain_contract.trip_rules import TripRule
 
 
 def rich_directives() -> Directives:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from stabletrain_agent.contract.directives import Directives
+from stabletrain_contract.directives import Directives
 
 SKEW = Path(__file__).parents[2] / "integration" / "skew"
 

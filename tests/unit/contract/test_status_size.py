@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from stabletrain_agent.contract.channel import (
+from stabletrain_contract.channel import (
     COPY_PATH_MAX,
     FRAME_MAX,
     MAX_STATUS_BYTES,
@@ -24,7 +24,7 @@ from stabletrain_agent.contract.channel import (
     RejectedCopy,
     ThreadPlace,
 )
-from stabletrain_agent.contract.checkpoint_inventory import (
+from stabletrain_contract.checkpoint.inventory import (
     INVENTORY_MAX,
     NODE_NAME_MAX,
     CheckpointRecord,
@@ -32,15 +32,15 @@ from stabletrain_agent.contract.checkpoint_inventory import (
     TierCopy,
     compact_inventory,
 )
-from stabletrain_agent.contract.directives import SHARD_ID_MAX
-from stabletrain_agent.contract.names import AnomalyClass
-from stabletrain_agent.contract.preflight import (
+from stabletrain_contract.directives import SHARD_ID_MAX
+from stabletrain_contract.names import AnomalyClass
+from stabletrain_contract.preflight import (
     OptimizerFacts,
     Precision,
     PreflightFacts,
     TierFacts,
 )
-from stabletrain_agent.contract.trip_report import (
+from stabletrain_contract.trip_report import (
     EVIDENCE_MAX,
     FIRING_MAX,
     LINEAGE_PATH_MAX,

@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from stabletrain_agent.contract.base import ContractError
-from stabletrain_agent.contract.checkpoint_inventory import (
+from stabletrain_contract.base import ContractError
+from stabletrain_contract.checkpoint.inventory import (
     INVENTORY_MAX,
     CheckpointRecord,
     CopyFlags,
@@ -19,8 +19,8 @@ from stabletrain_agent.contract.checkpoint_inventory import (
     compact_inventory,
     expand_entry,
 )
-from stabletrain_agent.contract.names import AnomalyClass, Signal
-from stabletrain_agent.contract.trip_report import (
+from stabletrain_contract.names import AnomalyClass, Signal
+from stabletrain_contract.trip_report import (
     EVIDENCE_MAX,
     FIRING_MAX,
     INVENTORY_KEPT_FIRST,
@@ -65,7 +65,7 @@ def report(inventory_size: int, **changes: object) -> TripReport:
         "onset_step": 31_219,
         "last_good_step": 31_218,
         "firing": ("LossSpike",),
-        # As the agent builds it (trip_exit.build_trip_report): the newest INVENTORY_MAX.
+        # As the agent builds it (signals/trip_report_builder.py): the newest INVENTORY_MAX.
         "inventory": compact_inventory(records(inventory_size), "node-a")[-INVENTORY_MAX:],
         "inventory_omitted": max(0, inventory_size - INVENTORY_MAX),
         "lineage_path": "/pfs/jobs/llm/lineage/attempt-2/spike-31219.jsonl",

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from stabletrain_agent.contract import env
-from stabletrain_agent.contract.channel import LiveOutcome
-from stabletrain_agent.contract.directives import Directives
-from stabletrain_agent.directive_inbox import DirectivesError, DirectiveSource
+from stabletrain_agent.endpoint.directive_inbox import DirectivesError, DirectiveSource
+from stabletrain_contract import env
+from stabletrain_contract.channel import LiveOutcome
+from stabletrain_contract.directives import Directives
 
 
 def _directives(generation: int, attempt: int = 2, **fields: object) -> Directives:

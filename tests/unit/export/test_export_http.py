@@ -14,7 +14,9 @@ from datetime import UTC, datetime
 import pytest
 from prometheus_client.metrics_core import Metric
 
-from stabletrain_agent.contract.channel import (
+from stabletrain_agent.endpoint.directive_inbox import DirectiveSource
+from stabletrain_agent.endpoint.exporter import AgentExporter
+from stabletrain_contract.channel import (
     DIRECTIVES_HTTP_PATH,
     MAX_DIRECTIVES_BYTES,
     STATUS_HTTP_PATH,
@@ -23,14 +25,12 @@ from stabletrain_agent.contract.channel import (
     new_token,
     parse_directive_ack,
 )
-from stabletrain_agent.contract.checkpoint_inventory import CheckpointRecord, NodeCopy, TierCopy
-from stabletrain_agent.contract.detection import CustomSignalConfig, DetectionConfig, ThresholdKind
-from stabletrain_agent.contract.directives import DEFAULT_TRIP_ON, Directives
-from stabletrain_agent.contract.names import AnomalyClass, Signal
-from stabletrain_agent.contract.trip_report import TripReport
-from stabletrain_agent.directive_inbox import DirectiveSource
-from stabletrain_agent.export import AgentExporter
-from stabletrain_agent.signals.monitor import SignalMonitor, StepObservation
+from stabletrain_contract.checkpoint.inventory import CheckpointRecord, NodeCopy, TierCopy
+from stabletrain_contract.detection import CustomSignalConfig, DetectionConfig, ThresholdKind
+from stabletrain_contract.directives import DEFAULT_TRIP_ON, Directives
+from stabletrain_contract.names import AnomalyClass, Signal
+from stabletrain_contract.signals.monitor import SignalMonitor, StepObservation
+from stabletrain_contract.trip_report import TripReport
 from support.agent_client import (
     AgentUnreachableError,
     fetch_metrics,

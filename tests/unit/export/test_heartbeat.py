@@ -7,13 +7,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
-from stabletrain_agent.contract.channel import ThreadPlace
-from stabletrain_agent.contract.detection import DetectionConfig
-from stabletrain_agent.contract.directives import DEFAULT_TRIP_ON, Directives
-from stabletrain_agent.directive_inbox import DirectiveSource
-from stabletrain_agent.export import AgentExporter
-from stabletrain_agent.heartbeat import HeartbeatClock
-from stabletrain_agent.signals.monitor import SignalMonitor, StepObservation
+from stabletrain_agent.endpoint.directive_inbox import DirectiveSource
+from stabletrain_agent.endpoint.exporter import AgentExporter
+from stabletrain_agent.endpoint.heartbeat import HeartbeatClock
+from stabletrain_contract.channel import ThreadPlace
+from stabletrain_contract.detection import DetectionConfig
+from stabletrain_contract.directives import DEFAULT_TRIP_ON, Directives
+from stabletrain_contract.signals.monitor import SignalMonitor, StepObservation
 from support.agent_client import fetch_status
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -5,18 +5,18 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from stabletrain_agent.contract.channel import AgentStatus, FindingReport
-from stabletrain_agent.contract.checkpoint_inventory import (
+from stabletrain_contract.channel import AgentStatus, FindingReport
+from stabletrain_contract.checkpoint.inventory import (
     CheckpointRecord,
     NodeCopy,
     TierCopy,
     compact_inventory,
 )
-from stabletrain_agent.contract.completion import Completion
-from stabletrain_agent.contract.names import AnomalyClass
-from stabletrain_agent.contract.trip_report import TripReport
+from stabletrain_contract.completion import Completion
+from stabletrain_contract.names import AnomalyClass
+from stabletrain_contract.trip_report import TripReport
 from stabletrain_operator.api.spec import StableTrainingJobSpec
-from stabletrain_operator.observe.pods import PodFacts, PodState
+from stabletrain_operator.observe.pod_facts import PodFacts, PodState
 from stabletrain_operator.observe.scrape import ScrapeResult
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from operator_builders import spec
 
-from stabletrain_agent.contract import env
-from stabletrain_agent.contract.channel import new_token
+from stabletrain_contract import env
+from stabletrain_contract.channel import new_token
 from stabletrain_operator import naming, pods
 
 JOB = pods.JobRef("gpt", "team", "uid-1")

@@ -14,7 +14,7 @@ from stabletrain_operator.observe.culprit import (
     failure_signature,
     failure_suspects,
 )
-from stabletrain_operator.observe.pods import PodFacts, PodState
+from stabletrain_operator.observe.pod_facts import PodFacts, PodState
 from stabletrain_operator.policy.crashloop import crash_loop
 
 T = datetime(2026, 1, 1, 12, tzinfo=UTC)

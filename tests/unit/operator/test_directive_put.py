@@ -12,14 +12,18 @@ from typing import Any
 
 import pytest
 
-from stabletrain_agent.contract.base import ContractError
-from stabletrain_agent.contract.channel import LiveOutcome, new_token
-from stabletrain_agent.contract.directives import Directives
-from stabletrain_agent.directive_inbox import DirectiveSource
-from stabletrain_agent.export import AgentExporter
-from stabletrain_agent.http_server import KeepAliveWSGIServer
-from stabletrain_operator.directive_put import AgentUnreachableError, PutResult, put_directives
+from stabletrain_agent.endpoint.directive_inbox import DirectiveSource
+from stabletrain_agent.endpoint.exporter import AgentExporter
+from stabletrain_agent.endpoint.http_server import KeepAliveWSGIServer
+from stabletrain_contract.base import ContractError
+from stabletrain_contract.channel import LiveOutcome, new_token
+from stabletrain_contract.directives import Directives
 from stabletrain_operator.observe.scrape import Scraper, ScrapeTarget
+from stabletrain_operator.pod_calls.directive_put import (
+    AgentUnreachableError,
+    PutResult,
+    put_directives,
+)
 from support.loopback_http import serving
 
 ATTEMPT = 1

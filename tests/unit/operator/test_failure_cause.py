@@ -22,7 +22,7 @@ from pathlib import Path
 from stabletrain_operator.api.spec import CrashLoopSpec
 from stabletrain_operator.observe.culprit import failure_record, failure_suspects
 from stabletrain_operator.observe.failure_cause import FailureCause, failure_cause
-from stabletrain_operator.observe.pods import MESSAGE_MAX, PodFacts, PodState, failure_evidence
+from stabletrain_operator.observe.pod_facts import MESSAGE_MAX, PodFacts, PodState, failure_evidence
 from stabletrain_operator.policy.crashloop import crash_loop
 
 TAILS = Path(__file__).parent / "torchrun_tails"

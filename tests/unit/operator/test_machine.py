@@ -10,14 +10,14 @@ from datetime import timedelta
 import pytest
 from operator_builders import NODES, T0, agent, pod, record, spec, trip
 
-from stabletrain_agent.contract.channel import FindingReport
-from stabletrain_agent.contract.directives import RUN_END, SkipRange, SkipUnit
-from stabletrain_agent.contract.names import Action, AnomalyClass
+from stabletrain_contract.channel import FindingReport
+from stabletrain_contract.directives import RUN_END, SkipRange, SkipUnit
+from stabletrain_contract.names import Action, AnomalyClass
 from stabletrain_operator.api.constants import Phase
 from stabletrain_operator.api.spec import EscalationSpec
 from stabletrain_operator.api.status import Counters, StableTrainingJobStatus
 from stabletrain_operator.machine import Transition, World, advance
-from stabletrain_operator.observe.pods import PodState
+from stabletrain_operator.observe.pod_facts import PodState
 from stabletrain_operator.plan.sent_directives import attempt_directives
 from stabletrain_operator.policy import PolicyLedger
 from stabletrain_operator.reconcile import status_json

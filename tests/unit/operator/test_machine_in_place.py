@@ -11,16 +11,16 @@ from datetime import datetime, timedelta
 from operator_builders import NODES, T0, agent, pod, record, spec, trip
 from test_machine_queue import ADMITTED, EVICTED
 
-from stabletrain_agent.contract.checkpoint_inventory import PodCopy, TierCopy
-from stabletrain_agent.contract.names import Action
-from stabletrain_agent.contract.restore import render_restore_failure
-from stabletrain_agent.contract.supervisor import ProcessState, SupervisorReport
-from stabletrain_agent.contract.trip_report import render_termination_message
+from stabletrain_contract.checkpoint.inventory import PodCopy, TierCopy
+from stabletrain_contract.names import Action
+from stabletrain_contract.restore import render_restore_failure
+from stabletrain_contract.supervisor import ProcessState, SupervisorReport
+from stabletrain_contract.trip_report import render_termination_message
 from stabletrain_operator.api.constants import Phase, Reason
 from stabletrain_operator.api.spec import StableTrainingJobSpec
 from stabletrain_operator.api.status import StableTrainingJobStatus, SuspectNode
 from stabletrain_operator.machine import Transition, World, advance, stop_force_after
-from stabletrain_operator.observe.pods import PodFacts, PodState
+from stabletrain_operator.observe.pod_facts import PodFacts, PodState
 from stabletrain_operator.observe.supervised import with_reports
 from stabletrain_operator.pods import pod_shape
 from stabletrain_operator.policy import PolicyLedger

@@ -7,13 +7,13 @@ from datetime import timedelta
 
 from operator_builders import NODES, T0, pod, record, spec
 
-from stabletrain_agent.contract.channel import Heartbeat, ThreadPlace
-from stabletrain_agent.contract.names import Action
+from stabletrain_contract.channel import Heartbeat, ThreadPlace
+from stabletrain_contract.names import Action
 from stabletrain_operator.api.constants import ConditionType, Phase, Reason
 from stabletrain_operator.api.status import StableTrainingJobStatus, SuspectNode
 from stabletrain_operator.machine import World, advance
 from stabletrain_operator.observe.culprit import PEERS_AWAITED
-from stabletrain_operator.observe.pods import PodFacts, PodState
+from stabletrain_operator.observe.pod_facts import PodFacts, PodState
 from stabletrain_operator.observe.stall import RankProgress
 from stabletrain_operator.policy import PolicyLedger
 

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from operator_builders import NODES, T0, agent, record, spec, trip
 
-from stabletrain_agent.contract.channel import AgentStatus
-from stabletrain_agent.contract.checkpoint_inventory import (
+from stabletrain_contract.channel import AgentStatus
+from stabletrain_contract.checkpoint.inventory import (
     CheckpointRecord,
     PodCopy,
     TierCopy,
     compact_inventory,
 )
-from stabletrain_agent.contract.names import Action
+from stabletrain_contract.names import Action
 from stabletrain_operator.api.spec import NoCheckpointDecision
 from stabletrain_operator.api.status import Plan
 from stabletrain_operator.plan.checkpoint import (

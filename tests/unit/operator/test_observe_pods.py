@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 from operator_builders import record, trip
 
-from stabletrain_agent.contract.completion import Completion, render_completion
-from stabletrain_agent.contract.restore import render_restore_failure
-from stabletrain_agent.contract.trip_report import render_termination_message
-from stabletrain_operator.observe.pods import PodState, failure_evidence, pod_facts
+from stabletrain_contract.completion import Completion, render_completion
+from stabletrain_contract.restore import render_restore_failure
+from stabletrain_contract.trip_report import render_termination_message
+from stabletrain_operator.observe.pod_facts import PodState, failure_evidence, pod_facts
 
 LABELS = {"stabletrain.dev/job": "job", "stabletrain.dev/attempt": "2", "stabletrain.dev/rank": "1"}
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from stabletrain_operator.tenancy.limits import PodSecurityLevel
 from stabletrain_operator.tenancy.pod_security import violations
-from stabletrain_operator.tenancy.settings import PodSecurityLevel
 
 BASELINE, RESTRICTED = PodSecurityLevel.BASELINE, PodSecurityLevel.RESTRICTED
 Json = dict[str, Any]

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 from operator_builders import TORCHRUN, spec
 
-from stabletrain_agent.contract import env
-from stabletrain_agent.contract.directives import parse_directives
+from stabletrain_contract import env
+from stabletrain_contract.directives import parse_directives
 from stabletrain_operator import pods
-from stabletrain_operator.observe.pods import pod_facts
+from stabletrain_operator.observe.pod_facts import pod_facts
 from stabletrain_operator.plan.sent_directives import attempt_directives, with_spec
 
 JOB = pods.JobRef("gpt", "team", "uid-1")

@@ -8,14 +8,14 @@ from datetime import timedelta
 
 from operator_builders import NODES, T0, agent, pod, record, spec, trip
 
-from stabletrain_agent.contract.checkpoint_inventory import CheckpointRecord, NodeCopy, TierCopy
-from stabletrain_agent.contract.names import Action
-from stabletrain_agent.contract.restore import parse_restore_failure, render_restore_failure
+from stabletrain_contract.checkpoint.inventory import CheckpointRecord, NodeCopy, TierCopy
+from stabletrain_contract.names import Action
+from stabletrain_contract.restore import parse_restore_failure, render_restore_failure
 from stabletrain_operator.api.constants import Phase
 from stabletrain_operator.api.spec import CheckpointSelection, NoCheckpointDecision
 from stabletrain_operator.api.status import Counters, StableTrainingJobStatus
 from stabletrain_operator.machine import World, advance
-from stabletrain_operator.observe.pods import PodFacts, PodState
+from stabletrain_operator.observe.pod_facts import PodFacts, PodState
 from stabletrain_operator.plan.checkpoint import choose_checkpoint
 from stabletrain_operator.plan.merged_inventory import merged_inventory, without_abandoned
 from stabletrain_operator.policy import PolicyLedger

@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler
 
 import pytest
 
-from stabletrain_agent.contract.channel import MAX_STATUS_BYTES
+from stabletrain_contract.channel import MAX_STATUS_BYTES
 from stabletrain_operator.observe.scrape import ScrapeError, ScrapeTarget, scrape_all
 from support.loopback_http import serving
 

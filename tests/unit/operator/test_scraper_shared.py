@@ -14,7 +14,7 @@ from typing import ClassVar
 
 import pytest
 
-from stabletrain_agent.http_server import REQUEST_TIMEOUT_SECONDS
+from stabletrain_agent.endpoint.http_server import REQUEST_TIMEOUT_SECONDS
 from stabletrain_operator.observe.scrape import KEEPALIVE_SECONDS, Scraper, ScrapeTarget
 from support.loopback_http import serving
 
@@ -74,7 +74,7 @@ def test_the_cap_bounds_requests_in_flight_across_rounds(agent: str) -> None:
 
 class _KeepAlive(_Answering):
     protocol_version = "HTTP/1.1"
-    """As the agent's server (stabletrain_agent.http_server): the connection stays open."""
+    """As the agent's server (stabletrain_agent.endpoint.http_server): the connection stays open."""
     client_ports: ClassVar[list[int]] = []
 
     def do_GET(self) -> None:

@@ -17,16 +17,16 @@ from typing import Any
 import pytest
 from operator_builders import T0, pod, spec
 
-from stabletrain_agent.contract.channel import AgentStatus
-from stabletrain_agent.contract.checkpoint_inventory import CheckpointRecord, NodeCopy, TierCopy
-from stabletrain_agent.contract.directives import Directives
-from stabletrain_agent.contract.names import Action
+from stabletrain_contract.channel import AgentStatus
+from stabletrain_contract.checkpoint.inventory import CheckpointRecord, NodeCopy, TierCopy
+from stabletrain_contract.directives import Directives
+from stabletrain_contract.names import Action
 from stabletrain_operator import reconcile
 from stabletrain_operator.api.constants import Phase
 from stabletrain_operator.api.status import StableTrainingJobStatus
 from stabletrain_operator.jobview import JobView
 from stabletrain_operator.machine import World, advance
-from stabletrain_operator.observe.pods import PodState
+from stabletrain_operator.observe.pod_facts import PodState
 from stabletrain_operator.observe.scrape import ScrapeError, ScrapeResult, ScrapeTarget
 from stabletrain_operator.policy import PolicyLedger
 from stabletrain_operator.reconcile import JobKey, JobMemory, status_json, tick

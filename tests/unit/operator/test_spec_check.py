@@ -12,14 +12,14 @@ from operator_builders import TORCHRUN, spec
 from stabletrain_operator import pods
 from stabletrain_operator.api.constants import Reason
 from stabletrain_operator.api.spec import LocalTierSpec, StableTrainingJobSpec
-from stabletrain_operator.tenancy.local_tier import local_tier_problems
-from stabletrain_operator.tenancy.names import name_problems
-from stabletrain_operator.tenancy.settings import (
+from stabletrain_operator.tenancy.hostnames import name_problems
+from stabletrain_operator.tenancy.limits import (
     PodSecurityLevel,
     TenancySettings,
     parse_host_path_prefixes,
     parse_volume_types,
 )
+from stabletrain_operator.tenancy.local_tier import local_tier_problems
 from stabletrain_operator.tenancy.spec_check import spec_problems
 
 DEFAULTS = TenancySettings()

@@ -8,15 +8,15 @@ from typing import Any
 
 from operator_builders import T0, agent, pod, spec, trip
 
-from stabletrain_agent.contract.channel import FindingReport
-from stabletrain_agent.contract.checkpoint_settings import CheckpointSettings
-from stabletrain_agent.contract.names import Action, AnomalyClass
+from stabletrain_contract.channel import FindingReport
+from stabletrain_contract.checkpoint.settings import CheckpointSettings
+from stabletrain_contract.names import Action, AnomalyClass
 from stabletrain_operator.api.cluster_policy import StableTrainingPolicy
 from stabletrain_operator.api.constants import ConditionType, Phase, Reason
 from stabletrain_operator.api.spec import StableTrainingJobSpec
 from stabletrain_operator.api.status import StableTrainingJobStatus
 from stabletrain_operator.machine import Transition, World, advance
-from stabletrain_operator.observe.pods import PodState
+from stabletrain_operator.observe.pod_facts import PodState
 from stabletrain_operator.plan.sent_directives import attempt_directives
 from stabletrain_operator.platform_policy.effective import EffectivePolicy, effective_policy
 from stabletrain_operator.policy import PolicyLedger

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from stabletrain_agent.contract.channel import Heartbeat, ThreadPlace
+from stabletrain_contract.channel import Heartbeat, ThreadPlace
 from stabletrain_operator.observe.culprit import stall_suspects
 from stabletrain_operator.observe.stall import (
     MAX_STEP_LAG,

@@ -8,11 +8,11 @@ import math
 import pytest
 from operator_builders import NODES, T0, agent, pod, spec
 
-from stabletrain_agent.contract.completion import Completion
+from stabletrain_contract.completion import Completion
 from stabletrain_operator.api.constants import Phase
 from stabletrain_operator.api.status import StableTrainingJobStatus, rounded_loss
 from stabletrain_operator.machine import World, advance
-from stabletrain_operator.observe.pods import PodState
+from stabletrain_operator.observe.pod_facts import PodState
 from stabletrain_operator.policy import PolicyLedger
 from stabletrain_operator.reconcile import status_json
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from operator_builders import T0, agent, pod, trip
 
-from stabletrain_agent.contract.channel import AgentStatus
-from stabletrain_agent.contract.trip_report import TripReport
-from stabletrain_operator.observe.pods import PodState
+from stabletrain_contract.channel import AgentStatus
+from stabletrain_contract.trip_report import TripReport
+from stabletrain_operator.observe.pod_facts import PodState
 from stabletrain_operator.policy.trips import (
     TRIP_REPORTS_AWAITED,
     awaiting_reports,

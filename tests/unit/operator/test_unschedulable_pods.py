@@ -13,7 +13,7 @@ from stabletrain_operator.api.constants import Phase
 from stabletrain_operator.api.spec import StableTrainingJobSpec
 from stabletrain_operator.api.status import StableTrainingJobStatus
 from stabletrain_operator.machine import Transition, advance
-from stabletrain_operator.observe.pods import PodState, pod_facts
+from stabletrain_operator.observe.pod_facts import PodState, pod_facts
 
 SAYS = "0/2 nodes are available: node-a: nodeSelector pool=h100 does not match"
 

@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from stabletrain_agent.contract.base import AS_WRITTEN
-from stabletrain_agent.contract.names import Action
+from stabletrain_contract.base import AS_WRITTEN
+from stabletrain_contract.names import Action
 from stabletrain_operator.api.cluster_policy import StableTrainingPolicy
 from stabletrain_operator.api.constants import Reason
 from stabletrain_operator.api.spec import StableTrainingJobSpec
 from stabletrain_operator.platform_policy.effective import effective_policy
-from stabletrain_operator.platform_policy.selection import applicable, selects
+from stabletrain_operator.platform_policy.label_selection import applicable, selects
 
 WORKERS = {"template": {"spec": {"containers": [{"name": "t", "command": ["torchrun"]}]}}}
 CHECKPOINTS = {"local": {"hostPath": "/nvme"}, "pfs": {"claimName": "pfs"}}

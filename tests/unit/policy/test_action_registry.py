@@ -3,13 +3,20 @@ at run time in the docs generator, the replay plot or the state machine."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 
-from stabletrain_agent.contract.names import Action
+from stabletrain_contract.names import Action
 from stabletrain_operator.api.constants import Reason
 from stabletrain_operator.api.status import Counters
 from stabletrain_operator.policy.action_kind import BUDGETED, StatusCounter
 from stabletrain_operator.policy.action_registry import ACTION_KINDS, kind_of
+from stabletrain_operator.policy.decision import Decision
+from stabletrain_operator.policy.engine import record
+from stabletrain_operator.policy.ledger import PolicyLedger
+
+AT = datetime(2026, 3, 1, 8, 30, tzinfo=UTC)
 
 
 def test_every_action_has_an_entry_under_its_own_name() -> None:
@@ -68,3 +75,25 @@ def test_what_each_built_in_action_means() -> None:
     assert {rollback.event_type, restart.event_type, alert.event_type, fail.event_type} == {
         "Warning"
     }
+
+
+@pytest.mark.parametrize("counter", sorted(BUDGETED))
+def test_each_budgeted_counter_is_counted_by_the_engine_s_record(counter: StatusCounter) -> None:
+    """A budget the ledger does not count would be spent without limit: every budgeted
+    counter, recorded for an action that uses it, adds one to what the ledger says is used."""
+    action = next(a for a, k in ACTION_KINDS.items() if k.counter is counter)
+    decision = Decision(
+        action=action,
+        rule="r",
+        reason="Test",
+        message="m",
+        evidence="e",
+        signal="LossSpike",
+        anomaly_class=None,
+        step=10,
+        onset_step=None,
+    )
+    before = PolicyLedger()
+    after = record(before, decision, now=AT)
+    assert after.used(counter) == before.used(counter) + 1
+    assert after.last_action_at == AT

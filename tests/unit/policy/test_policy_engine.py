@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from stabletrain_agent.contract.directives import SkipRange
-from stabletrain_agent.contract.names import Action, AnomalyClass, Signal
+from stabletrain_contract.directives import SkipRange
+from stabletrain_contract.names import Action, AnomalyClass, Signal
 from stabletrain_operator.api.constants import Reason
 from stabletrain_operator.api.spec import (
     BudgetsSpec,

@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from stabletrain_agent.contract.directives import SkipRange
-from stabletrain_agent.contract.names import Action, AnomalyClass
+from stabletrain_contract.directives import SkipRange
+from stabletrain_contract.names import Action, AnomalyClass
 from stabletrain_operator.api.status import Counters, RollbackRecord, StableTrainingJobStatus
 from stabletrain_operator.policy import AlertEpisode, PolicyLedger, RollbackMemory
 from stabletrain_operator.policy.ledger import RAISED_ALERTS_MAX, RECENT_ROLLBACKS_MAX

@@ -7,9 +7,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from stabletrain_agent.contract.channel import AgentStatus, FindingReport
-from stabletrain_agent.contract.names import AnomalyClass
-from stabletrain_agent.contract.trip_report import TripReport
+from stabletrain_contract.channel import AgentStatus, FindingReport
+from stabletrain_contract.names import AnomalyClass
+from stabletrain_contract.trip_report import TripReport
 from stabletrain_operator.policy import (
     ObservationSource,
     scrape_observations,

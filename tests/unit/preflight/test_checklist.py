@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from stabletrain_agent.contract.preflight import (
+from stabletrain_contract.preflight import (
     OptimizerFacts,
     Precision,
     PreflightFacts,

@@ -9,16 +9,16 @@ from typing import Any
 
 from test_checklist import clean_facts, job_spec
 
-from stabletrain_agent.contract.channel import AgentStatus
+from stabletrain_contract.channel import AgentStatus
 from stabletrain_operator import naming, pods
 from stabletrain_operator.api.constants import Phase
 from stabletrain_operator.api.spec import StableTrainingJobSpec
 from stabletrain_operator.api.status import StableTrainingJobStatus
+from stabletrain_operator.conditions.preflight_condition import PodOutcome, PreflightPodResult
 from stabletrain_operator.machine import Transition, World, advance
-from stabletrain_operator.observe.pods import pod_facts
+from stabletrain_operator.observe.pod_facts import pod_facts
 from stabletrain_operator.observe.scrape import ScrapeResult
-from stabletrain_operator.preflight.condition import PodOutcome, PreflightPodResult
-from stabletrain_operator.preflight.pod import (
+from stabletrain_operator.preflight.preflight_pod import (
     PREFLIGHT_LABEL,
     build_preflight_pod,
     read_preflight_pod,

@@ -4,13 +4,13 @@ any step sees it, and a healthy reading ends it."""
 
 from __future__ import annotations
 
-from stabletrain_agent.contract.detection import (
+from stabletrain_contract.detection import (
     BaselineConfig,
     CustomSignalConfig,
     DetectionConfig,
     ThresholdKind,
 )
-from stabletrain_agent.signals.monitor import SignalMonitor, StepObservation
+from stabletrain_contract.signals.monitor import SignalMonitor, StepObservation
 
 SIGNAL = "custom:val_high"
 

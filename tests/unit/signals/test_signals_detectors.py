@@ -7,10 +7,10 @@ import random
 
 import pytest
 
-from stabletrain_agent.contract.detection import BaselineConfig, SpikeConfig, ThroughputConfig
-from stabletrain_agent.signals.baseline import Baseline
-from stabletrain_agent.signals.spike import SpikeDetector
-from stabletrain_agent.signals.throughput import ThroughputDetector
+from stabletrain_contract.detection import BaselineConfig, SpikeConfig, ThroughputConfig
+from stabletrain_contract.signals.baseline import Baseline
+from stabletrain_contract.signals.spike import SpikeDetector
+from stabletrain_contract.signals.throughput import ThroughputDetector
 
 
 def _detector(

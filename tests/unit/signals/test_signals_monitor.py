@@ -9,17 +9,17 @@ from collections.abc import Iterable
 
 import pytest
 
-from stabletrain_agent.contract.detection import (
+from stabletrain_contract.detection import (
     CustomSignalConfig,
     DetectionConfig,
     LossSpikeConfig,
     ThresholdKind,
 )
-from stabletrain_agent.contract.directives import DEFAULT_TRIP_ON
-from stabletrain_agent.contract.names import AnomalyClass, Signal
-from stabletrain_agent.contract.trip_report import EVIDENCE_MAX
-from stabletrain_agent.contract.trip_rules import TripRule
-from stabletrain_agent.signals.monitor import SignalMonitor, StepObservation, Verdict
+from stabletrain_contract.directives import DEFAULT_TRIP_ON
+from stabletrain_contract.names import AnomalyClass, Signal
+from stabletrain_contract.signals.monitor import SignalMonitor, StepObservation, Verdict
+from stabletrain_contract.trip_report import EVIDENCE_MAX
+from stabletrain_contract.trip_rules import TripRule
 
 LOSS = Signal.LOSS_SPIKE.value
 

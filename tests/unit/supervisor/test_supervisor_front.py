@@ -17,10 +17,7 @@ from typing import Any
 
 import pytest
 
-from stabletrain_agent.contract import env
-from stabletrain_agent.contract.channel import AgentStatus, parse_agent_status
-from stabletrain_agent.contract.directives import Directives
-from stabletrain_agent.http_server import KeepAliveWSGIServer
+from stabletrain_agent.endpoint.http_server import KeepAliveWSGIServer
 from stabletrain_agent.supervisor.agent_link import AgentLink
 from stabletrain_agent.supervisor.attempts import Attempts, AttemptSettings
 from stabletrain_agent.supervisor.front import Front
@@ -28,6 +25,9 @@ from stabletrain_agent.supervisor.launch import ColdLauncher
 from stabletrain_agent.supervisor.output import Tail
 from stabletrain_agent.supervisor.own_status import TierScan
 from stabletrain_agent.supervisor.processes import Reaper
+from stabletrain_contract import env
+from stabletrain_contract.channel import AgentStatus, parse_agent_status
+from stabletrain_contract.directives import Directives
 
 TOKEN = "t0ken"
 

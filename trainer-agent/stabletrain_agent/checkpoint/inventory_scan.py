@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,14 +27,14 @@ from stabletrain_agent.checkpoint.fence import Fence, FenceCorruptError, read_fe
 from stabletrain_agent.checkpoint.layout import iter_attempt_dirs, local_part_root, parse_node
 from stabletrain_agent.checkpoint.manifest import CheckpointCorruptError, CopyManifest, verify_copy
 from stabletrain_agent.checkpoint.signing import CheckpointKey
-from stabletrain_agent.contract import env
-from stabletrain_agent.contract.channel import (
+from stabletrain_contract import env
+from stabletrain_contract.channel import (
     COPY_PATH_MAX,
     PROBLEM_MAX,
     REJECTED_MAX,
     RejectedCopy,
 )
-from stabletrain_agent.contract.checkpoint_inventory import (
+from stabletrain_contract.checkpoint.inventory import (
     CheckpointRecord,
     NodeCopy,
     PodCopy,
@@ -302,32 +302,3 @@ def scan_tiers(tiers: TierDirs, cache: VerifyCache) -> list[CheckpointRecord]:
     except OSError:
         pfs = {}
     return build_records(tiers.node, local, pfs, fence, memory=memory, pod=tiers.pod)
-
-
-def merge_records(reports: Iterable[Sequence[CheckpointRecord]]) -> list[CheckpointRecord]:
-    """Combine the nodes' reports into one inventory (what the operator decides on).
-
-    Local copies are the union of what each node saw of its own tier, memory copies the
-    union of what each pod saw of its own memory.  The PFS counts as
-    complete if any node saw it complete: the PFS only gains parts until retention, and a
-    restore re-verifies before it trusts anything, so optimism here costs no correctness.
-    """
-    merged: dict[tuple[int, int], CheckpointRecord] = {}
-    for report in reports:
-        for record in report:
-            key = (record.step, record.attempt)
-            seen = merged.get(key)
-            if seen is None:
-                merged[key] = record
-                continue
-            local = {copy.node: copy for copy in (*seen.local, *record.local)}
-            memory = {copy.pod: copy for copy in (*seen.memory, *record.memory)}
-            pfs = seen.pfs if seen.pfs.verified else record.pfs
-            merged[key] = seen.model_copy(
-                update={
-                    "local": tuple(local[name] for name in sorted(local)),
-                    "memory": tuple(memory[name] for name in sorted(memory)),
-                    "pfs": pfs,
-                }
-            )
-    return [merged[key] for key in sorted(merged)]

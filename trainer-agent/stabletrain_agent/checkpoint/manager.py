@@ -91,13 +91,6 @@ from stabletrain_agent.checkpoint.manifest import (
 )
 from stabletrain_agent.checkpoint.priority import lower_current_thread_priority
 from stabletrain_agent.checkpoint.replicate import FlushResult, PfsCondition, Replicator
-from stabletrain_agent.checkpoint.retention import (
-    MAX_SPIKE_MARKERS,
-    MIN_KEEP,
-    RetentionItem,
-    copies_within,
-    plan_deletions,
-)
 from stabletrain_agent.checkpoint.safe_load import (
     VerifiedReader,
     WeightsOnlyPlanner,
@@ -106,10 +99,17 @@ from stabletrain_agent.checkpoint.safe_load import (
 from stabletrain_agent.checkpoint.signing import UNSIGNED, CheckpointKey
 from stabletrain_agent.checkpoint.snapshot import MemorySnapshots, SnapshotOwner
 from stabletrain_agent.checkpoint.states import Stateful
-from stabletrain_agent.contract import env
-from stabletrain_agent.contract.channel import RejectedCopy
-from stabletrain_agent.contract.checkpoint_inventory import CheckpointRecord
-from stabletrain_agent.contract.checkpoint_settings import CheckpointSettings
+from stabletrain_contract import env
+from stabletrain_contract.channel import RejectedCopy
+from stabletrain_contract.checkpoint.inventory import CheckpointRecord
+from stabletrain_contract.checkpoint.retention import (
+    MAX_SPIKE_MARKERS,
+    MIN_KEEP,
+    RetentionItem,
+    copies_within,
+    plan_deletions,
+)
+from stabletrain_contract.checkpoint.settings import CheckpointSettings
 
 log = logging.getLogger(__name__)
 

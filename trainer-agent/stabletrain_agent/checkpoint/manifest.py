@@ -29,8 +29,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from stabletrain_agent.checkpoint.atomic import digest_file
 from stabletrain_agent.checkpoint.layout import MANIFEST_NAME, TEMP_PREFIX, check_node_name
 from stabletrain_agent.checkpoint.signing import SIGNATURE_PATTERN, CheckpointKey
-from stabletrain_agent.contract import env
-from stabletrain_agent.contract.base import error_lines
+from stabletrain_contract import env
+from stabletrain_contract.base import error_lines
 
 MANIFEST_MAX_BYTES = 8 * 1024 * 1024
 """A manifest lists a node's files (one per rank and the metadata) and the run's node

@@ -19,8 +19,8 @@ from stabletrain_agent.checkpoint.manager import (
     RestoreResult,
     RestoreTargetMissingError,
 )
-from stabletrain_agent.contract.directives import Directives
-from stabletrain_agent.contract.restore import RESTORE_EXIT_CODE, render_restore_failure
+from stabletrain_contract.directives import Directives
+from stabletrain_contract.restore import RESTORE_EXIT_CODE, render_restore_failure
 
 
 class RestoreFailed(SystemExit):

@@ -21,7 +21,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from stabletrain_agent.contract import env
+from stabletrain_contract import env
 
 SIGNATURE_PATTERN = r"^[0-9a-f]{64}$"
 

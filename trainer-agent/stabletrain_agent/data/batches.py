@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, NamedTuple, TypeVar
 
-from stabletrain_agent.data.layout import SampleRange, Shard, ShardLayout, slice_ranges
+from stabletrain_agent.data.sample_layout import SampleRange, Shard, ShardLayout, slice_ranges
 
 Chunk = TypeVar("Chunk")
 Batch = TypeVar("Batch")

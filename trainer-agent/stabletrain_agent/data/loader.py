@@ -37,7 +37,7 @@ from stabletrain_agent.data.batches import (
     SkipList,
     next_global_batch,
 )
-from stabletrain_agent.data.layout import SampleRange, Shard, ShardLayout, slice_ranges
+from stabletrain_agent.data.sample_layout import SampleRange, Shard, ShardLayout, slice_ranges
 
 Batch = TypeVar("Batch")
 
@@ -49,7 +49,7 @@ class Cursor(NamedTuple):
     """A place in the stream (tuples: one cursor and one _Issued are built per batch)."""
 
     position: int
-    """Stream position (counts skipped shards' samples too, see layout.py)."""
+    """Stream position (counts skipped shards' samples too, see sample_layout.py)."""
     batch_index: int
     """Global index of the next batch (counts batches skipped whole)."""
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from stabletrain_agent.contract.directives import SkipRange, SkipUnit
 from stabletrain_agent.data.batches import BatchSkip, SkipList
+from stabletrain_contract.directives import SkipRange, SkipUnit
 
 
 def skip_list_from_directives(

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from stabletrain_agent.data.batches import BatchLineage, SkipList
-from stabletrain_agent.data.layout import Shard
+from stabletrain_agent.data.sample_layout import Shard
 
 
 class BatchSource(Protocol):

@@ -28,14 +28,14 @@ from stabletrain_agent.checkpoint.manager import CheckpointConfig, CheckpointMan
 from stabletrain_agent.checkpoint.planned import restore_planned
 from stabletrain_agent.checkpoint.replicate import FlushResult, PfsCondition
 from stabletrain_agent.checkpoint.states import RngState, Stateful
-from stabletrain_agent.contract import env
-from stabletrain_agent.contract.channel import RejectedCopy
-from stabletrain_agent.contract.checkpoint_inventory import CheckpointRecord
-from stabletrain_agent.contract.checkpoint_settings import CheckpointSettings
-from stabletrain_agent.directive_inbox import DirectiveSource
+from stabletrain_agent.endpoint.directive_inbox import DirectiveSource
+from stabletrain_agent.gather_preflight import preflight_requested
 from stabletrain_agent.guard import Guard, GuardEnv
-from stabletrain_agent.preflight import preflight_requested
-from stabletrain_agent.signals.monitor import Verdict
+from stabletrain_contract import env
+from stabletrain_contract.channel import RejectedCopy
+from stabletrain_contract.checkpoint.inventory import CheckpointRecord
+from stabletrain_contract.checkpoint.settings import CheckpointSettings
+from stabletrain_contract.signals.monitor import Verdict
 
 
 def init_process_group_from_env() -> None:

@@ -51,7 +51,6 @@ from stabletrain_agent.checkpoint.manager import (
     CheckpointManager,
     RestoreResult,
 )
-from stabletrain_agent.contract import env
 from stabletrain_agent.data.loader import SkipAwareLoader
 from stabletrain_agent.guard import Guard
 from stabletrain_agent.integrations.core import (
@@ -62,6 +61,7 @@ from stabletrain_agent.integrations.core import (
     interval_steps,
     start_checkpoints,
 )
+from stabletrain_contract import env
 
 CHECKPOINT_PREFIX = "checkpoint"
 """The Trainer's name for ``output_dir/checkpoint-<global step>``."""

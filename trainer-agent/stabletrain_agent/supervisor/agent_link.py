@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from stabletrain_agent.contract.channel import (
+from stabletrain_contract.channel import (
     AUTHORIZATION_HEADER,
     DIRECTIVES_HTTP_PATH,
     METRICS_HTTP_PATH,

@@ -18,10 +18,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from stabletrain_agent.contract import env
-from stabletrain_agent.contract.base import ContractError
-from stabletrain_agent.contract.directives import Directives, parse_directives
-from stabletrain_agent.contract.supervisor import (
+from stabletrain_agent.supervisor.launch import Launched, Launcher
+from stabletrain_agent.supervisor.output import Tail
+from stabletrain_agent.supervisor.processes import Reaper, end_tree
+from stabletrain_contract import env
+from stabletrain_contract.base import ContractError
+from stabletrain_contract.directives import Directives, parse_directives
+from stabletrain_contract.supervisor import (
     ENDED_STATES,
     LEFTOVER_MAX,
     MESSAGE_MAX,
@@ -30,9 +33,6 @@ from stabletrain_agent.contract.supervisor import (
     StopOrder,
     SupervisorReport,
 )
-from stabletrain_agent.supervisor.launch import Launched, Launcher
-from stabletrain_agent.supervisor.output import Tail
-from stabletrain_agent.supervisor.processes import Reaper, end_tree
 
 _log = logging.getLogger(__name__)
 

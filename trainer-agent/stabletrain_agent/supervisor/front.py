@@ -17,14 +17,17 @@ from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
-from stabletrain_agent.contract.base import ContractError
-from stabletrain_agent.contract.channel import (
+from stabletrain_agent.supervisor.agent_link import AgentLink
+from stabletrain_agent.supervisor.attempts import Attempts
+from stabletrain_agent.supervisor.own_status import TierScan, own_status
+from stabletrain_contract.base import ContractError
+from stabletrain_contract.channel import (
     DIRECTIVES_HTTP_PATH,
     METRICS_HTTP_PATH,
     STATUS_HTTP_PATH,
     token_matches,
 )
-from stabletrain_agent.contract.supervisor import (
+from stabletrain_contract.supervisor import (
     READY_HTTP_PATH,
     START_HTTP_PATH,
     STOP_HTTP_PATH,
@@ -33,9 +36,6 @@ from stabletrain_agent.contract.supervisor import (
     parse_start_order,
     parse_stop_order,
 )
-from stabletrain_agent.supervisor.agent_link import AgentLink
-from stabletrain_agent.supervisor.attempts import Attempts
-from stabletrain_agent.supervisor.own_status import TierScan, own_status
 
 JSON = "application/json"
 TEXT = "text/plain; version=0.0.4; charset=utf-8"

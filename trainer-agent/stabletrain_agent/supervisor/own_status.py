@@ -17,10 +17,10 @@ from typing import Any
 
 from stabletrain_agent.checkpoint.inventory_scan import TierDirs, VerifyCache, scan_tiers
 from stabletrain_agent.checkpoint.signing import CheckpointKey
-from stabletrain_agent.contract import env
-from stabletrain_agent.contract.channel import AgentStatus
-from stabletrain_agent.contract.checkpoint_inventory import CheckpointRecord
-from stabletrain_agent.contract.directives import Directives
+from stabletrain_contract import env
+from stabletrain_contract.channel import AgentStatus
+from stabletrain_contract.checkpoint.inventory import CheckpointRecord
+from stabletrain_contract.directives import Directives
 
 _log = logging.getLogger(__name__)
 

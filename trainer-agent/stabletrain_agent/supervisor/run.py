@@ -12,9 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import FrameType
 
-from stabletrain_agent.contract import env
-from stabletrain_agent.contract.supervisor import MESSAGE_MAX
-from stabletrain_agent.http_server import KeepAliveWSGIServer
+from stabletrain_agent.endpoint.http_server import KeepAliveWSGIServer
 from stabletrain_agent.supervisor.agent_link import AgentLink
 from stabletrain_agent.supervisor.attempts import Attempts, AttemptSettings
 from stabletrain_agent.supervisor.front import Front
@@ -23,6 +21,8 @@ from stabletrain_agent.supervisor.output import Tail
 from stabletrain_agent.supervisor.own_status import TierScan
 from stabletrain_agent.supervisor.processes import Reaper, become_subreaper
 from stabletrain_agent.supervisor.standby import StandbyLauncher
+from stabletrain_contract import env
+from stabletrain_contract.supervisor import MESSAGE_MAX
 
 _log = logging.getLogger("stabletrain.supervisor")
 

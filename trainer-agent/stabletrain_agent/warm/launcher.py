@@ -21,8 +21,8 @@ from torch.distributed.elastic.multiprocessing.subprocess_handler.subprocess_han
     SubprocessHandler,
 )
 
-from stabletrain_agent.contract import env
 from stabletrain_agent.warm.order import Become, read_order, take_on, torchrun_args
+from stabletrain_contract import env
 
 WORKER_MODULE = "stabletrain_agent.warm.worker"
 

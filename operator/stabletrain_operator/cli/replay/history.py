@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from stabletrain_agent.contract.names import CUSTOM_NAME_PATTERN
+from stabletrain_contract.names import CUSTOM_NAME_PATTERN
 from stabletrain_operator.cli.errors import USAGE_EXIT, CliError
 
 STEP = "step"

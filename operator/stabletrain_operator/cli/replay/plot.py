@@ -6,9 +6,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from stabletrain_agent.contract.names import Action
+from stabletrain_contract.names import Action
 from stabletrain_operator.cli.errors import CliError
-from stabletrain_operator.cli.replay.run import ReplayResult
+from stabletrain_operator.cli.replay.replay_loop import ReplayResult
 from stabletrain_operator.finite import finite_or
 from stabletrain_operator.policy.action_registry import kind_of
 

@@ -13,8 +13,8 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import ValidationError
 
-from stabletrain_agent.contract.base import error_lines
-from stabletrain_agent.contract.detection import DetectionConfig
+from stabletrain_contract.base import error_lines
+from stabletrain_contract.detection import DetectionConfig
 from stabletrain_operator.api.spec import RecoverySpec
 from stabletrain_operator.cli.errors import USAGE_EXIT, CliError
 

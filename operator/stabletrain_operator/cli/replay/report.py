@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from stabletrain_operator.cli.replay.run import ReplayedDecision
+from stabletrain_operator.cli.replay.replay_loop import ReplayedDecision
 from stabletrain_operator.finite import non_finite_replaced
 
 
