@@ -79,6 +79,7 @@ from stabletrain_contract.directives import DEFAULT_TRIP_ON, Directives, parse_d
 from stabletrain_contract.names import custom_signal
 from stabletrain_contract.preflight import PreflightFacts
 from stabletrain_contract.signals.monitor import SignalMonitor, StepObservation, Verdict
+from stabletrain_contract.signals.monitored import MonitoredSignal
 from stabletrain_contract.signals.trip_report_builder import build_trip_report
 
 STATE_VERSION = 1
@@ -205,7 +206,10 @@ class Guard:
         lineage_window: int = 512,
         process_group: dist.ProcessGroup | None = None,
         guard_env: GuardEnv | None = None,
+        detectors: Sequence[MonitoredSignal] = (),
     ) -> None:
+        """`detectors`: the loop's own signals beside the built-in ones (see SignalMonitor);
+        they fire `custom:<name>` for entries of the spec's `detection.custom`."""
         if max_grad_norm is not None and not max_grad_norm > 0.0:
             raise ValueError(f"max_grad_norm must be positive or None, got {max_grad_norm!r}")
         self.model = model
@@ -242,7 +246,7 @@ class Guard:
         self._steps_since_start = 0
         self._lineage_written: set[int] = set()
         self._last_step_end = time.perf_counter()
-        self.monitor = SignalMonitor(DetectionConfig(), DEFAULT_TRIP_ON)
+        self.monitor = SignalMonitor(DetectionConfig(), DEFAULT_TRIP_ON, detectors=detectors)
         self._observed: dict[str, torch.Tensor | float] = {}
         initial = self._feed.latest()
         if initial is not None:

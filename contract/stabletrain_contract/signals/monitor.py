@@ -16,7 +16,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stabletrain_contract.detection import DetectionConfig
-from stabletrain_contract.names import AGENT_SIGNALS, AnomalyClass
+from stabletrain_contract.names import (
+    AGENT_SIGNALS,
+    CUSTOM_SIGNAL_PREFIX,
+    AnomalyClass,
+    is_signal_name,
+)
 from stabletrain_contract.signals.custom import CustomSignals
 from stabletrain_contract.signals.finding import Finding
 from stabletrain_contract.signals.loss_and_grad_norm import LossAndGradNormSpikes
@@ -89,7 +94,20 @@ class SignalMonitor:
         config: DetectionConfig,
         trip_on: Collection[str],
         trip_rules: Sequence[TripRule] | None = None,
+        detectors: Sequence[MonitoredSignal] = (),
     ) -> None:
+        """`detectors` are the user's own signals, run after the built-in ones through the
+        same interface. Each fires only `custom:<name>` signals (a built-in name is the
+        built-in detector's), named in `detection.custom` so rules and trip lists accept
+        them; a detector's `load` must raise before it changes anything."""
+        for detector in detectors:
+            if type(detector).fires:
+                raise ValueError(
+                    f"{type(detector).__name__} claims built-in signals "
+                    f"({', '.join(sorted(type(detector).fires))}); a detector of the user's "
+                    f"fires only {CUSTOM_SIGNAL_PREFIX}<name> signals"
+                )
+        self._detectors = tuple(detectors)
         self._trip_on = frozenset(trip_on)
         self._trip_rules = None if trip_rules is None else tuple(trip_rules)
         self._non_finite = NonFiniteValues(config)
@@ -100,6 +118,7 @@ class SignalMonitor:
             self._spikes,
             self._throughput,
             CustomSignals(config),
+            *self._detectors,
         )
         """Every signal, in the order a verdict lists their findings; a new built-in
         signal is one entry here. The first three are also named because the snapshot
@@ -138,8 +157,13 @@ class SignalMonitor:
 
     def observe(self, obs: StepObservation) -> Verdict:
         findings: list[Finding] = []
-        for signal in self._signals:
+        for signal in self._signals[: len(self._signals) - len(self._detectors)]:
             findings.extend(signal.observe(obs))
+        for detector in self._detectors:
+            fired = detector.observe(obs)
+            if fired:
+                _check_users_findings(detector, fired)
+                findings.extend(fired)
         if self._spikes.loss_judged and not findings:
             self._last_good_step = obs.step
         firing = frozenset(f.signal for f in findings)
@@ -203,7 +227,7 @@ class SignalMonitor:
             raise ValueError(
                 f"monitor state version {version!r} is not the supported {STATE_VERSION}"
             )
-        fresh = SignalMonitor(self._config, self._trip_on, self._trip_rules)
+        fresh = SignalMonitor(self._config, self._trip_on, self._trip_rules, self._detectors)
         try:
             for signal in fresh._signals:
                 signal.load(state)
@@ -224,6 +248,17 @@ def _check_every_agent_signal_fires(signals: Sequence[MonitoredSignal]) -> None:
             f"no signal of the monitor fires {names}, which AGENT_SIGNALS lists: add its "
             "MonitoredSignal to SignalMonitor's list (signals/monitor.py)"
         )
+
+
+def _check_users_findings(detector: MonitoredSignal, findings: Sequence[Finding]) -> None:
+    """A user's finding must be `custom:<name>`: another name would be refused by the
+    operator with the whole status, or pass for a built-in signal's. Say which, and whose."""
+    for finding in findings:
+        if not (is_signal_name(finding.signal) and finding.signal.startswith(CUSTOM_SIGNAL_PREFIX)):
+            raise ValueError(
+                f"{type(detector).__name__} fired {finding.signal!r}: a detector of the "
+                f"user's fires custom_signal(name) for a detection.custom entry's name"
+            )
 
 
 def _empty_snapshot() -> MonitorSnapshot:
