@@ -102,8 +102,9 @@ class Action(StrEnum):
     """What a recovery rule does; the exact behaviour of each is documented in docs/api.md."""
 
     ROLLBACK = "Rollback"
-    """Stop all pods, resume from the newest stable pre-onset checkpoint with a lower LR,
-    skipping the data around the onset, after a re-warm-up."""
+    """End every training process of the attempt (in the kept pods with recovery.restart
+    InPlace), resume from the newest stable pre-onset checkpoint with a lower LR, skipping
+    the data around the onset, after a re-warm-up."""
     REDUCE_LR = "ReduceLR"
     """Scale the LR of the running pods through a live directive; no restart."""
     RESTART_FROM_LATEST = "RestartFromLatest"
