@@ -103,6 +103,7 @@ from stabletrain_operator.pods import grace_seconds, pod_shape, supervised
 from stabletrain_operator.policy import (
     Decision,
     Deferral,
+    Observation,
     PolicyLedger,
     evaluate,
     record,
@@ -447,6 +448,10 @@ def _running(status: StableTrainingJobStatus, world: World) -> Transition:
         transition = _act(
             status, world, _crash_looped(status, world, decision, incident), trips, incident
         )
+        if _only_alerts(decision):
+            transition = _further_alerts(
+                transition, world, observations, decision, trips=trips, incident=incident
+            )
     else:
         transition = _keep_running(status, world, current)
         if transition.status.phase is Phase.CONFIRMING:
@@ -814,6 +819,40 @@ def _act(
     )
     alerted = _recorded(alerted, _live_record(alerted, world, decision))
     return Transition(alerted, ledger, events=(event,), decision=decision)
+
+
+def _only_alerts(decision: Decision) -> bool:
+    """A decision that changes nothing but status and Events (an Alert)."""
+    return not kind_of(decision.action).stops_the_run and decision.lr_scale is None
+
+
+def _further_alerts(
+    transition: Transition,
+    world: World,
+    observations: Sequence[Observation],
+    first: Decision,
+    *,
+    trips: Sequence[TripReport],
+    incident: Incident,
+) -> Transition:
+    """The other signals' Alerts of the same scrape, taken now too. Two report-only signals
+    firing together (a loss spike and its grad-norm spike) are seen together; deferred to
+    the next tick, the second one's episode may be over by its scrape and its Alert lost.
+    Only Alerts join: anything that acts on the run waits for its own tick, as before."""
+    taken = {first.signal}
+    while True:
+        rest = [o for o in observations if o.signal not in taken]
+        later = dataclasses.replace(world, ledger=transition.ledger)
+        evaluation = evaluate(
+            world.spec.recovery, rest, later.ledger, now=world.now,
+            lr_scale=transition.status.lr_scale,
+        )  # fmt: skip
+        decision = evaluation.decision
+        if decision is None or not _only_alerts(decision):
+            return transition
+        taken.add(decision.signal)
+        more = _act(transition.status, later, decision, trips, incident)
+        transition = dataclasses.replace(more, events=(*transition.events, *more.events))
 
 
 def _counted(counters: Counters, kind: ActionKind) -> Counters:

@@ -291,6 +291,47 @@ def test_alert_changes_only_status_and_events() -> None:
     assert repeat.status.counters.alerts == 1, "one alert per episode"
 
 
+def test_two_signals_alerting_in_one_scrape_both_alert_in_that_tick() -> None:
+    """A loss spike and its grad-norm spike fire together; both rules alert. Deferred to
+    the next tick, the second Alert is lost when its episode ended before that scrape (the
+    loss spike's in test_live_policy_edit under CI load)."""
+    rules = [
+        {"name": "grad", "onSignals": ["GradNormSpike"], "action": "Alert"},
+        {"name": "loss-spike", "onSignals": ["LossSpike"], "action": "Alert"},
+        {"name": "nan", "onSignals": ["NonFinite"], "action": "Rollback"},
+    ]
+    job = spec(recovery={"rules": rules})
+    firing = tuple(
+        FindingReport(
+            signal=signal,
+            anomaly_class=AnomalyClass.DIVERGENCE,
+            value=10.0,
+            threshold=4.0,
+            onset_step=50,
+            consecutive=4,
+            sustained=True,
+            evidence=f"{signal} 10x",
+        )
+        for signal in ("GradNormSpike", "LossSpike")
+    )
+    scrapes = tuple(agent(r, step=57, firing=firing) for r in (0, 1))
+    status = running()
+    alerted = advance(status, world(status, spec=job, pods=(pod(0), pod(1)), scrapes=scrapes))
+    assert alerted.status.phase is Phase.RUNNING
+    assert alerted.status.counters.alerts == 2
+    assert [(r.rule, r.signal) for r in alerted.status.rollback_history] == [
+        ("grad", "GradNormSpike"),
+        ("loss-spike", "LossSpike"),
+    ]
+    assert [e.reason for e in alerted.events] == ["Alerted", "Alerted"]
+    repeat = advance(
+        alerted.status,
+        world(alerted.status, spec=job, pods=(pod(0), pod(1)), scrapes=scrapes,
+              ledger=alerted.ledger),
+    )  # fmt: skip
+    assert repeat.status.counters.alerts == 2, "one alert per episode, each"
+
+
 def test_a_firing_signal_that_changes_nothing_says_why_for_the_log() -> None:
     finding = FindingReport(
         signal="GradNormSpike", anomaly_class=AnomalyClass.DIVERGENCE, value=10.0,
