@@ -113,16 +113,17 @@ class SignalMonitor:
         self._non_finite = NonFiniteValues(config)
         self._spikes = LossAndGradNormSpikes(config)
         self._throughput = ThroughputDrop(config)
-        self._signals: tuple[MonitoredSignal, ...] = (
+        self._built_in: tuple[MonitoredSignal, ...] = (
             self._non_finite,
             self._spikes,
             self._throughput,
             CustomSignals(config),
-            *self._detectors,
         )
-        """Every signal, in the order a verdict lists their findings; a new built-in
-        signal is one entry here. The first three are also named because the snapshot
-        (the exporter's gauges) shows their counts and baselines."""
+        """Every built-in signal, in the order a verdict lists their findings; a new one is
+        one entry here. The first three are also named because the snapshot (the
+        exporter's gauges) shows their counts and baselines."""
+        self._signals = (*self._built_in, *self._detectors)
+        """What retunes, saves and loads: the built-in signals, then the user's."""
         _check_every_agent_signal_fires(self._signals)
         self._config = config
         self._last_good_step: int | None = None
@@ -157,7 +158,7 @@ class SignalMonitor:
 
     def observe(self, obs: StepObservation) -> Verdict:
         findings: list[Finding] = []
-        for signal in self._signals[: len(self._signals) - len(self._detectors)]:
+        for signal in self._built_in:
             findings.extend(signal.observe(obs))
         for detector in self._detectors:
             fired = detector.observe(obs)
