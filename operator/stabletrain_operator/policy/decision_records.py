@@ -7,6 +7,7 @@ status (its ledger is rebuilt from it), and status knows nothing of the policy.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from stabletrain_contract.directives import SkipRange
 from stabletrain_operator.api.status import Plan, RollbackRecord, Suspect
@@ -25,14 +26,8 @@ def history_entry(
     `reached_step` stands in for a decision that names no step."""
     return RollbackRecord(
         time=time,
-        action=decision.action,
         reason=decision.reason,
-        rule=decision.rule,
-        request_id=decision.request_id,
-        signal=decision.signal,
-        anomaly_class=decision.anomaly_class,
-        onset_step=decision.onset_step,
-        from_step=_from_step(decision, reached_step),
+        **_identity(decision, reached_step),
         lr_scale=lr_scale,
         attempt=attempt,
     )
@@ -52,13 +47,7 @@ def stopping_plan(
     """The plan of a stopping decision, persisted before any pod is touched; the
     checkpoint and directives are filled in by Planning and Relaunching."""
     return Plan(
-        action=decision.action,
-        rule=decision.rule,
-        request_id=decision.request_id,
-        signal=decision.signal,
-        anomaly_class=decision.anomaly_class,
-        onset_step=decision.onset_step,
-        from_step=_from_step(decision, reached_step),
+        **_identity(decision, reached_step),
         started_at=started_at,
         from_attempt=from_attempt,
         next_attempt=from_attempt + 1,
@@ -73,6 +62,15 @@ def stopping_plan(
     )
 
 
-def _from_step(decision: Decision, reached_step: int | None) -> int:
-    """The step the decision was taken at; the job's newest step when it names none."""
-    return decision.step if decision.step is not None else (reached_step or 0)
+def _identity(decision: Decision, reached_step: int | None) -> dict[str, Any]:
+    """What both records say of the decision: which, why and from which step (the job's
+    newest when the decision names none)."""
+    return {
+        "action": decision.action,
+        "rule": decision.rule,
+        "request_id": decision.request_id,
+        "signal": decision.signal,
+        "anomaly_class": decision.anomaly_class,
+        "onset_step": decision.onset_step,
+        "from_step": decision.step if decision.step is not None else (reached_step or 0),
+    }
