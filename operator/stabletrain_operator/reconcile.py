@@ -373,8 +373,17 @@ def _attempt_directives(
     except ContractError as error:
         _log.error("job %s: directives of attempt %d unreadable: %s", job.name, attempt, error)
         return None
-    memory.directives[attempt] = directives
+    _remember_directives(memory, attempt, directives)
     return directives
+
+
+def _remember_directives(memory: JobMemory, attempt: int, directives: Directives) -> None:
+    """Keeps `attempt`'s directives and those of the attempt before it (a launch stores the
+    next attempt's while the status still names the current one). Older attempts' are never
+    asked for again; kept, a job through hundreds of recoveries held every one."""
+    memory.directives[attempt] = directives
+    for old in [a for a in memory.directives if a < attempt - 1]:
+        del memory.directives[old]
 
 
 def ensure_base(kube: Kube, job: pods.JobRef, memory: JobMemory, network: NetworkSettings) -> None:
@@ -642,8 +651,19 @@ async def _view(
         return True
     spec, status = parsed
     version = job["metadata"]["resourceVersion"]
-    memory.view = JobView(version, identity(job), spec, status, time.monotonic())
+    memory.view = JobView(version, identity(job), _held_spec(memory, spec), status,
+                          time.monotonic())  # fmt: skip
     return memory.view
+
+
+def _held_spec(memory: JobMemory, spec: StableTrainingJobSpec) -> StableTrainingJobSpec:
+    """The spec object the daemon already holds when `spec` equals it: a read of an unchanged
+    spec (after a conflict, or a change to the status alone) would otherwise leave the job
+    holding two copies, the new one in the view and the old one in its effective policy."""
+    held = [memory.view.spec] if memory.view is not None else []
+    if memory.effective is not None and memory.effective[1].spec is not None:
+        held.append(memory.effective[1].spec)
+    return next((h for h in held if h == spec), spec)
 
 
 async def _record(
@@ -816,7 +836,7 @@ async def tick(
         if plan.spill_skip_ranges is not None:
             memory.skip_ranges = None
         started = plan.directives
-        memory.directives[started.attempt] = started
+        _remember_directives(memory, started.attempt, started)
         kept = dict(plan.in_place)
         master = kept.get(0) or naming.pod_name(key.name, started.attempt, 0)
         await _order(

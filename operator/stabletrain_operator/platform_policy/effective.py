@@ -73,6 +73,10 @@ def effective_policy(
         parsed_again = _validated(body)
         assert not isinstance(parsed_again, str), parsed_again  # a clamp stays within bounds
         parsed = parsed_again
+    if body == written and parsed == spec:
+        # Nothing inherited changed a value: the job's own spec object serves, instead of
+        # a second copy of it held for every job (about 22 KiB each, bench/operator_scale.py).
+        parsed = spec
     sources = _sources(origin)
     if refusals:
         return EffectivePolicy(

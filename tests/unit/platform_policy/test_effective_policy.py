@@ -186,3 +186,14 @@ def test_namespace_selectors_as_kubernetes_evaluates_them() -> None:
     assert selects(not_in, {"team": "x"})
     chosen = applicable([PLATFORM, policy("z", priority=5), policy("a", priority=5)], labels)
     assert [p.name for p in chosen] == ["a", "z", "platform"]
+
+
+def test_a_spec_no_policy_changes_is_the_same_object_and_a_changed_one_is_a_copy() -> None:
+    # Held for every job of the operator: a copy of an unchanged spec doubled its memory.
+    written = job(recovery={"budgets": {"maxRollbacks": 3}})
+    assert effective_policy(written, []).spec is written
+    inherited = effective_policy(written, [PLATFORM]).spec
+    assert inherited is not None
+    assert inherited is not written
+    assert inherited.detection.loss_spike.ratio == 2.0
+    assert written.detection.loss_spike.ratio != 2.0, "the job's own spec is left as written"
