@@ -1,7 +1,9 @@
 """The job as its daemon knows it, without asking the API server every tick.
 
 kopf's watch keeps the daemon's live body current, so a tick compares versions instead of
-reading the job. Two rules keep a tick from acting on a state older than one it already saw:
+reading the job. The live body is the job's metadata only (handlers/live_body.py): the spec
+and status a tick acts on are the ones held here. Two rules keep a tick from acting on a
+state older than one it already saw:
 
 - The daemon holds the newest version it read or wrote. While the live body shows another
   version for less than `WATCH_LAG_SECONDS` since then, the watch is assumed to be catching

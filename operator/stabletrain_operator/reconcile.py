@@ -726,14 +726,14 @@ async def tick(
     catalog: PolicyCatalog | None = None,
 ) -> bool:
     """One reconcile; False once the job is gone (the daemon may end). `live` is kopf's live
-    body of the job; progress numbers are written at most every `progress_seconds`; the
-    agents are scraped, and sent live directives, through the operator's shared `scraper`
-    (a session per round without one) as often as its `pacer` allows (every second
-    without one). Nothing is created for a spec that breaks the cluster's `tenancy`
-    settings (their defaults without it): the job is held with InvalidSpec. With `kueue`
-    (the operator's --kueue), a job with the queue-name label runs only while its Workload
-    (among `workloads`, the job's in the operator's index) is admitted. The job's platform
-    policies come from `catalog` (none without one)."""
+    body of the job, its metadata only (handlers/live_body.py); progress numbers are written
+    at most every `progress_seconds`; the agents are scraped, and sent live directives,
+    through the operator's shared `scraper` (a session per round without one) as often as
+    its `pacer` allows (every second without one). Nothing is created for a spec that
+    breaks the cluster's `tenancy` settings (their defaults without it): the job is held
+    with InvalidSpec. With `kueue` (the operator's --kueue), a job with the queue-name label
+    runs only while its Workload (among `workloads`, the job's in the operator's index) is
+    admitted. The job's platform policies come from `catalog` (none without one)."""
     tenancy = tenancy or TenancySettings()
     clock = StageClock(memory.woken_at)
     view = await _view(kube, key, live, memory)

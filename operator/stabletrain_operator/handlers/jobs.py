@@ -9,7 +9,8 @@ while the phase waits on time, and otherwise only when the job's next scrape rou
 per round and nothing in between. It reads the job from the API server only when the live
 body and the version it last wrote disagree for longer than a watch takes to catch up
 (jobview.py), so an idle job costs no API request and no decision is made on a state
-older than one it saw.
+older than one it saw. Of the live body it reads the metadata alone, and kopf keeps no more
+than that (handlers/live_body.py).
 """
 
 from __future__ import annotations

@@ -1,0 +1,47 @@
+"""Hands the C heap's free pages back to the system every minute.
+
+Python keeps objects of up to 512 bytes in its own arenas and returns an arena once it is
+empty; larger ones (the dicts of a job's status and spec as JSON, a decoded watch event,
+an HTTP body) come from glibc's malloc. A job's tick frees and allocates such blocks all
+the time, and glibc keeps the freed pages inside its heap for reuse rather than unmapping
+them: at 1,000 jobs 38 MiB of the operator's 310 MiB were free glibc pages, and one
+`malloc_trim(0)` took the process from 304 to 280 MiB (docs/operations.md, "Memory").
+Without glibc (another C library) there is nothing to call and nothing is done.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import logging
+import time
+from collections.abc import Callable
+
+TRIM_INTERVAL_SECONDS = 60.0
+"""Often enough that the pages a burst of decisions freed go back within a minute; one trim
+at 1,000 jobs takes a few milliseconds of the event loop."""
+
+_log = logging.getLogger(__name__)
+
+
+def malloc_trim() -> Callable[[int], int] | None:
+    """glibc's malloc_trim, or None where the C library has none."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return None
+    trim: Callable[[int], int] | None = getattr(libc, "malloc_trim", None)
+    return trim
+
+
+async def trim_every(seconds: float = TRIM_INTERVAL_SECONDS) -> None:
+    """Runs until cancelled; returns at once without glibc."""
+    trim = malloc_trim()
+    if trim is None:
+        _log.info("no malloc_trim in this C library: the heap is not trimmed")
+        return
+    while True:
+        await asyncio.sleep(seconds)
+        began = time.perf_counter()
+        trim(0)
+        _log.debug("heap trimmed in %.1f ms", 1000 * (time.perf_counter() - began))
