@@ -18,8 +18,10 @@ import time
 from collections.abc import Callable
 
 TRIM_INTERVAL_SECONDS = 60.0
-"""Often enough that the pages a burst of decisions freed go back within a minute; one trim
-at 1,000 jobs takes a few milliseconds of the event loop."""
+"""Often enough that the pages a burst of decisions freed go back within a minute, rarely
+enough that the event loop does not notice: a trim walks the whole heap, some 7 ms for
+300 MB with little free and 32 ms with 260 MB free (measured on this project's 2-core CI
+machine)."""
 
 _log = logging.getLogger(__name__)
 
