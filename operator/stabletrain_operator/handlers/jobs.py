@@ -31,6 +31,7 @@ from stabletrain_operator.kube import Kube, StaleStatusError
 from stabletrain_operator.observe.pod_facts import PodFacts
 from stabletrain_operator.queue.facts import WorkloadFacts
 from stabletrain_operator.reconcile import JobKey, JobMemory, tick
+from stabletrain_operator.shared_field_names import share_field_names
 
 TICK_SECONDS = 0.5
 """The clock of a phase that waits on time (reconcile.JobMemory.next_tick_at is then 0): the
@@ -124,6 +125,7 @@ async def _reconcile(
                 tenancy=memo.get("tenancy"),
                 catalog=memo.get("policies"),
             )
+            share_field_names(memory)
             failures = 0
         except StaleStatusError:
             metrics.RECONCILE_ERRORS.labels("Conflict").inc()
