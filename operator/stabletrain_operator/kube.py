@@ -18,16 +18,13 @@ from datetime import UTC, datetime
 from http import HTTPStatus
 from typing import Any, TypeVar
 
-from kubernetes import client, config
-from kubernetes.client.exceptions import ApiException
-
 from stabletrain_operator.api.cluster_policy import POLICY_PLURAL
 from stabletrain_operator.api.constants import API_VERSION, GROUP, KIND, PLURAL, VERSION
+from stabletrain_operator.apiserver import ApiError, ApiServer, Resource
 from stabletrain_operator.ownership import NotOwnedError, controller, controller_uid
 
 Json = dict[str, Any]
 T = TypeVar("T")
-MERGE_PATCH = "application/merge-patch+json"
 
 _log = logging.getLogger(__name__)
 
@@ -36,9 +33,6 @@ FANOUT = 8
 """Requests of one launch or one stop in flight at once. One after another, a 256-pod job
 took 60 s to stop and 65 s to relaunch on the local control plane (bench/operator_scale.py
 --big-job 256)."""
-CONNECTION_POOL = 32
-"""Connections to the API server kept for reuse: the reconciles' worker threads and a
-launch's FANOUT together, which the client's default (5 per core) would discard and reopen."""
 
 
 def each(call: Callable[[T], object], items: Sequence[T]) -> None:
@@ -58,63 +52,63 @@ class StaleStatusError(Exception):
     """The job changed since this tick read it; the next tick starts from the new state."""
 
 
-def load_api_client() -> client.ApiClient:
-    """In-cluster service account when running in a pod, else the kubeconfig (tests, dev)."""
-    loaders: Any = config  # the kubernetes package ships its config loaders untyped
-    try:
-        loaders.load_incluster_config()
-    except config.ConfigException:
-        loaders.load_kube_config()
-    configuration = client.Configuration.get_default_copy()
-    configuration.connection_pool_maxsize = CONNECTION_POOL
-    return client.ApiClient(configuration)
+def _resource(group: str, plural: str, *verbs: str, **where: Any) -> Resource:
+    version = VERSION if group == GROUP else "v1"
+    return Resource(group, version, plural, frozenset(verbs), **where)
+
+
+PODS = _resource("", "pods", "create", "get", "list", "delete", "patch")
+SERVICES = _resource("", "services", "create", "get")
+CONFIG_MAPS = _resource("", "configmaps", "create", "get", "update")
+SECRETS = _resource("", "secrets", "create", "get")
+EVENTS = _resource("", "events", "create")
+NETWORK_POLICIES = _resource("networking.k8s.io", "networkpolicies", "create", "get", "update")
+NODES = _resource("", "nodes", "list", "get", "patch", namespaced=False)
+NAMESPACES = _resource("", "namespaces", "get", namespaced=False)
+JOBS = _resource(GROUP, PLURAL, "get", custom=True)
+JOB_STATUS = _resource(GROUP, PLURAL, "patch", subresource="status", custom=True)
+POLICIES = _resource(GROUP, POLICY_PLURAL, "list", namespaced=False, custom=True)
+RESOURCES = (PODS, SERVICES, CONFIG_MAPS, SECRETS, EVENTS, NETWORK_POLICIES, NODES, NAMESPACES,
+             JOBS, JOB_STATUS, POLICIES)  # fmt: skip
+"""Everything the reconcile reads or writes (the Kueue integration adds queue/api.py's)."""
+KINDS = {
+    "Pod": PODS,
+    "Service": SERVICES,
+    "ConfigMap": CONFIG_MAPS,
+    "Secret": SECRETS,
+    "NetworkPolicy": NETWORK_POLICIES,
+}
+"""The kinds the operator makes for its jobs, by the `kind` of the object it builds."""
 
 
 class Kube:
-    def __init__(self, api_client: client.ApiClient) -> None:
-        # Typed as Any: we send plain dicts (what the pydantic-typed client also accepts on
-        # the wire) and read plain dicts back from the custom-objects API.
-        self.core: Any = client.CoreV1Api(api_client)
-        self.custom: Any = client.CustomObjectsApi(api_client)
-        self.networking: Any = client.NetworkingV1Api(api_client)
-
-    def _calls(self, kind: str) -> tuple[Any, Any, Any]:
-        """(create, read, replace) of a kind the operator makes for its jobs."""
-        core, networking = self.core, self.networking
-        return {
-            "Pod": (core.create_namespaced_pod, core.read_namespaced_pod, None),
-            "Service": (core.create_namespaced_service, core.read_namespaced_service, None),
-            "ConfigMap": (core.create_namespaced_config_map, core.read_namespaced_config_map,
-                          core.replace_namespaced_config_map),
-            "Secret": (core.create_namespaced_secret, core.read_namespaced_secret, None),
-            "NetworkPolicy": (networking.create_namespaced_network_policy,
-                              networking.read_namespaced_network_policy,
-                              networking.replace_namespaced_network_policy),
-        }[kind]  # fmt: skip
+    def __init__(self, api: ApiServer) -> None:
+        self.api = api
 
     def _existing(self, obj: Json) -> Json:
         """The object of `obj`'s kind and name that is there, as JSON, if `obj`'s controller
         controls it; NotOwnedError otherwise."""
         metadata = obj["metadata"]
-        _, read, _ = self._calls(obj["kind"])
-        found = self.core.api_client.sanitize_for_serialization(
-            read(metadata["name"], metadata["namespace"])
+        found = self.api.call(
+            "get", KINDS[obj["kind"]], namespace=metadata["namespace"], name=metadata["name"]
         )
         theirs = controller(found.get("metadata") or {})
         ours = controller_uid(metadata)
         if theirs is None or theirs.get("uid") != ours:
             job = (controller(metadata) or {}).get("name", "")
             raise NotOwnedError(obj["kind"], metadata["name"], metadata["namespace"], theirs, job)
-        existing: Json = found
-        return existing
+        return found
+
+    def _create(self, obj: Json, query: dict[str, str] | None = None) -> None:
+        namespace = obj["metadata"]["namespace"]
+        self.api.call("create", KINDS[obj["kind"]], namespace=namespace, body=obj, query=query)
 
     def create(self, obj: Json) -> bool:
         """Create `obj` in its namespace; False when its own controller's object of that name
         already existed; NotOwnedError when somebody else's does."""
-        create, _, _ = self._calls(obj["kind"])
         try:
-            create(obj["metadata"]["namespace"], obj)
-        except ApiException as error:
+            self._create(obj)
+        except ApiError as error:
             if error.status == HTTPStatus.CONFLICT:
                 self._existing(obj)
                 return False
@@ -125,11 +119,10 @@ class Kube:
         """Create `obj`, or replace the controller's own object of that name when its
         `compared` part (e.g. "spec") differs (the skip-list spill grows with every rollback;
         a NetworkPolicy follows the operator's settings)."""
-        create, _, replace = self._calls(obj["kind"])
         try:
-            create(obj["metadata"]["namespace"], obj)
+            self._create(obj)
             return
-        except ApiException as error:
+        except ApiError as error:
             if error.status != HTTPStatus.CONFLICT:
                 raise
         existing = self._existing(obj)
@@ -138,122 +131,118 @@ class Kube:
                 **obj["metadata"],
                 "resourceVersion": existing["metadata"]["resourceVersion"],
             }
-            replace(metadata["name"], metadata["namespace"], {**obj, "metadata": metadata})
+            self.api.call(
+                "update", KINDS[obj["kind"]], namespace=metadata["namespace"],
+                name=metadata["name"], body={**obj, "metadata": metadata},
+            )  # fmt: skip
 
-    def dry_run_create(self, obj: Json) -> ApiException | None:
+    def dry_run_create(self, obj: Json) -> ApiError | None:
         """The API server's verdict on creating `obj`, without creating it (validation and
         admission run, nothing is stored): None when it would be created."""
-        create, _, _ = self._calls(obj["kind"])
         try:
-            create(obj["metadata"]["namespace"], obj, dry_run="All")
-        except ApiException as error:
+            self._create(obj, {"dryRun": "All"})
+        except ApiError as error:
             if error.status == HTTPStatus.CONFLICT:
                 return None
             return error
         return None
 
     def delete_pod(self, namespace: str, name: str, *, force: bool) -> None:
-        body = client.V1DeleteOptions(grace_period_seconds=0 if force else None)
+        options = {"gracePeriodSeconds": 0} if force else {}
         try:
-            self.core.delete_namespaced_pod(name, namespace, body=body)
-        except ApiException as error:
+            self.api.call("delete", PODS, namespace=namespace, name=name, body=options)
+        except ApiError as error:
             if error.status != HTTPStatus.NOT_FOUND:
                 raise
 
     def label_pod(self, namespace: str, name: str, labels: Json) -> bool:
         """Merge `labels` into a pod's; False when the pod is gone."""
+        patch = {"metadata": {"labels": labels}}
         try:
-            self.core.patch_namespaced_pod(name, namespace, {"metadata": {"labels": labels}})
-        except ApiException as error:
+            self.api.call("patch", PODS, namespace=namespace, name=name, body=patch)
+        except ApiError as error:
             if error.status == HTTPStatus.NOT_FOUND:
                 return False
             raise
         return True
 
     def list_pods(self, namespace: str, selector: str) -> list[Json]:
-        """Pods matching a label selector, as plain camelCase JSON (what kubectl shows)."""
-        listed = self.core.list_namespaced_pod(namespace, label_selector=selector)
-        return [self.core.api_client.sanitize_for_serialization(pod) for pod in listed.items]
+        """Pods matching a label selector, as JSON (what kubectl shows)."""
+        listed = self.api.call("list", PODS, namespace=namespace, query={"labelSelector": selector})
+        return list(listed.get("items") or [])
 
     def schedulable_nodes(self) -> list[str] | None:
         """Names of the Ready, schedulable nodes; None when the operator may not list nodes
         (a namespaced release has no cluster-wide permission)."""
         try:
-            listed = self.core.list_node()
-        except ApiException as error:
+            listed = self.api.call("list", NODES)
+        except ApiError as error:
             if error.status in (HTTPStatus.FORBIDDEN, HTTPStatus.UNAUTHORIZED):
                 return None
             raise
         names = []
-        for node in listed.items:
-            ready = any(
-                c.type == "Ready" and c.status == "True" for c in (node.status.conditions or [])
-            )
-            if ready and not (node.spec and node.spec.unschedulable):
-                names.append(str(node.metadata.name))
+        for node in listed.get("items") or []:
+            conditions = (node.get("status") or {}).get("conditions") or []
+            ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+            if ready and not (node.get("spec") or {}).get("unschedulable"):
+                names.append(str(node["metadata"]["name"]))
         return names
 
     def node_taints(self, name: str) -> tuple[list[Json], str] | None:
         """The node's taints as JSON and the resourceVersion they were read at; None when
         the node is gone."""
         try:
-            node = self.core.read_node(name)
-        except ApiException as error:
+            node = self.api.call("get", NODES, name=name)
+        except ApiError as error:
             if error.status == HTTPStatus.NOT_FOUND:
                 return None
             raise
-        taints: list[Json] = self.core.api_client.sanitize_for_serialization(node.spec.taints or [])
-        return taints, node.metadata.resource_version
+        taints: list[Json] = (node.get("spec") or {}).get("taints") or []
+        return taints, str(node["metadata"]["resourceVersion"])
 
     def patch_node(self, name: str, patch: Json) -> None:
-        self.core.patch_node(name, patch)
+        """A strategic-merge patch (remediation.node_patch)."""
+        self.api.call("patch", NODES, name=name, body=patch)
 
     def get_job(self, namespace: str, name: str) -> Json | None:
         try:
-            job: Json = self.custom.get_namespaced_custom_object(
-                GROUP, VERSION, namespace, PLURAL, name
-            )
-        except ApiException as error:
+            return self.api.call("get", JOBS, namespace=namespace, name=name)
+        except ApiError as error:
             if error.status == HTTPStatus.NOT_FOUND:
                 return None
             raise
-        return job
 
     def list_policies(self) -> list[Json]:
         """Every StableTrainingPolicy (cluster-scoped) as plain JSON."""
-        listed: Json = self.custom.list_cluster_custom_object(GROUP, VERSION, POLICY_PLURAL)
+        listed = self.api.call("list", POLICIES)
         return list(listed.get("items") or [])
 
     def namespace_labels(self, name: str) -> dict[str, str] | None:
         """A namespace's labels (what StableTrainingPolicy selectors match); None when gone."""
         try:
-            namespace = self.core.read_namespace(name)
-        except ApiException as error:
+            namespace = self.api.call("get", NAMESPACES, name=name)
+        except ApiError as error:
             if error.status == HTTPStatus.NOT_FOUND:
                 return None
             raise
-        return dict(namespace.metadata.labels or {})
+        return dict((namespace.get("metadata") or {}).get("labels") or {})
 
     def write_status(self, namespace: str, name: str, resource_version: str, status: Json) -> Json:
         """Replace the status as a merge patch (nulls remove fields), fenced by version."""
         body = {"metadata": {"resourceVersion": resource_version}, "status": status}
         try:
-            written: Json = self.custom.patch_namespaced_custom_object_status(
-                GROUP, VERSION, namespace, PLURAL, name, body, _content_type=MERGE_PATCH
-            )
-        except ApiException as error:
+            return self.api.call("patch", JOB_STATUS, namespace=namespace, name=name, body=body)
+        except ApiError as error:
             if error.status == HTTPStatus.CONFLICT:
                 raise StaleStatusError(f"{namespace}/{name} changed since it was read") from None
             raise
-        return written
 
     def _owned(self, kind: str, namespace: str, name: str, owner_uid: str) -> Json | None:
         """The object as JSON when it exists and the job `owner_uid` controls it; one that
         another owner controls is logged and read as absent."""
-        _, read, _ = self._calls(kind)
         try:
-            found: Json = self.core.api_client.sanitize_for_serialization(read(name, namespace))
-        except ApiException as error:
+            found = self.api.call("get", KINDS[kind], namespace=namespace, name=name)
+        except ApiError as error:
             if error.status == HTTPStatus.NOT_FOUND:
                 return None
             raise
@@ -310,6 +299,6 @@ class Kube:
             "reportingInstance": "stabletrain-operator",
         }
         try:
-            self.core.create_namespaced_event(metadata["namespace"], body)
-        except ApiException as error:
+            self.api.call("create", EVENTS, namespace=metadata["namespace"], body=body)
+        except ApiError as error:
             _log.warning("event %s on %s not posted: %s", reason, metadata["name"], error.reason)

@@ -19,8 +19,6 @@ from datetime import UTC, datetime
 from http import HTTPStatus
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
-
 from stabletrain_contract.base import ContractError
 from stabletrain_contract.channel import new_token, status_credential
 from stabletrain_contract.directives import Directives, SkipRange, parse_directives
@@ -34,6 +32,7 @@ from stabletrain_operator import metrics, naming, pods
 from stabletrain_operator.api.constants import Phase, Reason
 from stabletrain_operator.api.spec import RecoverySpec, StableTrainingJobSpec
 from stabletrain_operator.api.status import StableTrainingJobStatus
+from stabletrain_operator.apiserver import ApiError
 from stabletrain_operator.finite import non_finite_replaced
 from stabletrain_operator.jobview import JobView, Source, identity, parse, source, write_needed
 from stabletrain_operator.kube import Kube, StaleStatusError, each
@@ -564,7 +563,7 @@ def remediate(
         try:
             if not _patch_node(kube, verdict, remediation.action):
                 continue
-        except ApiException as error:
+        except ApiError as error:
             _log.warning("node %s not remediated (%s): %s", verdict.node, remediation.action,
                          error.reason)  # fmt: skip
             continue
@@ -590,7 +589,7 @@ def _patch_node(kube: Kube, verdict: NodeVerdict, action: NodeAction) -> bool:
         try:
             kube.patch_node(verdict.node, node_patch(verdict, taints, action, version))
             return True
-        except ApiException as error:
+        except ApiError as error:
             if error.status != HTTPStatus.CONFLICT or attempt == NODE_PATCH_ATTEMPTS:
                 raise
     raise AssertionError("unreachable: the last attempt returns or raises")
@@ -1052,7 +1051,7 @@ async def _launch_or_hold(
         await asyncio.to_thread(launch, kube, ref, spec, plan)
     except NotOwnedError as error:
         return await _not_owned(kube, key, view, memory, error)
-    except ApiException as error:
+    except ApiError as error:
         if not refuses_spec(error):
             raise
         memory.spec_gate.refused(generation, attempt, api_refusal(error))

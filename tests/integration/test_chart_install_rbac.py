@@ -32,6 +32,7 @@ from stabletrain_contract.env import TOKEN_SECRET_KEY
 from stabletrain_operator import naming, pods
 from stabletrain_operator.api.constants import GROUP, PLURAL, VERSION
 from stabletrain_operator.api.spec import StableTrainingJobSpec
+from stabletrain_operator.apiserver import from_kubeconfig
 from stabletrain_operator.kube import Kube
 from stabletrain_operator.tenancy.network_policy import NetworkSettings, build_network_policy
 from support.chart import CHART, helm
@@ -312,7 +313,7 @@ def test_the_operators_own_api_calls_succeed_with_the_service_account_token(
         config_file=str(namespaced.account.kubeconfig)
     )
     try:
-        kube = Kube(api)
+        kube = Kube(from_kubeconfig(namespaced.account.kubeconfig))
         job = kube.get_job(ns, name)
         assert job is not None
         ref = pods.JobRef(name, ns, job["metadata"]["uid"])

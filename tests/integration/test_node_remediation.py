@@ -9,6 +9,7 @@ from typing import Any
 from kubernetes import client
 
 from stabletrain_operator.api.status import SuspectNode
+from stabletrain_operator.apiserver import ApiServer
 from stabletrain_operator.kube import Kube
 from stabletrain_operator.reconcile import remediate
 from stabletrain_operator.remediation import (
@@ -50,9 +51,9 @@ class CountingKube(Kube):
 
 
 def test_ready_nodes_are_listed_and_a_node_two_jobs_lost_is_tainted_once_with_the_reason(
-    api_client: client.ApiClient, local_cluster: LocalCluster
+    api_client: client.ApiClient, operator_api: ApiServer, local_cluster: LocalCluster
 ) -> None:
-    kube = CountingKube(api_client)
+    kube = CountingKube(operator_api)
     assert sorted(kube.schedulable_nodes() or []) == ["node-a", "node-b"]
     core: Any = client.CoreV1Api(api_client)
     rule = NodeRemediation(NodeAction.TAINT, 2)
@@ -81,12 +82,14 @@ class RacedKube(Kube):
     """The real client; another controller taints the node right after the first read."""
 
     raced = False
+    other: Any = None
+    """Another controller's client (CoreV1Api)."""
 
     def node_taints(self, name: str) -> tuple[list[Any], str] | None:
         read = super().node_taints(name)
         if not self.raced:
             self.raced = True
-            core: Any = self.core
+            core = self.other
             node = core.read_node(name)
             others = [*(node.spec.taints or []), {"key": "repair", "effect": "NoSchedule"}]
             core.patch_node(name, {"spec": {"taints": others}})
@@ -94,10 +97,11 @@ class RacedKube(Kube):
 
 
 def test_a_taint_added_between_the_read_and_the_patch_is_kept(
-    api_client: client.ApiClient, local_cluster: LocalCluster
+    api_client: client.ApiClient, operator_api: ApiServer, local_cluster: LocalCluster
 ) -> None:
     """The taint list is replaced whole: at the version it was read, else read again (409)."""
-    kube = RacedKube(api_client)
+    kube = RacedKube(operator_api)
+    kube.other = client.CoreV1Api(api_client)
     votes = NodeVotes()
     rule = NodeRemediation(NodeAction.TAINT, 1, jobs=1)
     remediate(kube, rule, votes, votes.record("ml/race", _lost(1)), NOW)

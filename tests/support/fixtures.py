@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
+from stabletrain_operator.apiserver import ApiServer, from_kubeconfig
 from support.controlplane import ControlPlane, running_control_plane
 
 
@@ -37,6 +38,14 @@ def api_client(control_plane: ControlPlane) -> Iterator[client.ApiClient]:
     )
     yield api
     api.close()  # type: ignore[no-untyped-call]
+
+
+@pytest.fixture(scope="session")
+def operator_api(control_plane: ControlPlane) -> Iterator[ApiServer]:
+    """The operator's own client (apiserver.py) as the admin."""
+    api = from_kubeconfig(control_plane.kubeconfig)
+    yield api
+    api.close()
 
 
 @pytest.fixture

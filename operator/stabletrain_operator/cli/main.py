@@ -127,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ModuleNotFoundError as missing:
             raise CliError(
                 f"{args.command} needs the Kubernetes client ({missing.name} is not "
-                "installed): pip install 'stabletrain[operator]'"
+                "installed): pip install 'stabletrain[cli]'"
             ) from None
         return run_cluster_command(args, sys.stdout, sys.stderr)
     except CliError as error:

@@ -20,10 +20,10 @@ import time
 from typing import Any
 
 import kopf
-from kubernetes.client.exceptions import ApiException
 
 from stabletrain_operator import metrics
 from stabletrain_operator.api.constants import GROUP, PLURAL, VERSION
+from stabletrain_operator.apiserver import ApiError
 from stabletrain_operator.handlers.pod_index import OwnerKey, PodKey
 from stabletrain_operator.handlers.wakeups import WakeEvent, Wakeups, sleep_until
 from stabletrain_operator.jobview import DEFAULT_PROGRESS_WRITE_SECONDS
@@ -130,7 +130,7 @@ async def _reconcile(
         except StaleStatusError:
             metrics.RECONCILE_ERRORS.labels("Conflict").inc()
             alive, seen = True, None  # tick again at once
-        except ApiException as error:
+        except ApiError as error:
             seen, alive, failures = None, True, failures + 1
             metrics.RECONCILE_ERRORS.labels("ApiError").inc()
             pause = _backoff(failures)

@@ -27,8 +27,10 @@ from typing import Any
 import kopf
 
 from stabletrain_operator.api.constants import GROUP
+from stabletrain_operator.apiserver import ApiServer
+from stabletrain_operator.credentials import credentials
 from stabletrain_operator.heap_trim import trim_every
-from stabletrain_operator.kube import Kube, load_api_client
+from stabletrain_operator.kube import Kube
 from stabletrain_operator.observe.pacing import DEFAULT_SCRAPE_RATE, ScrapePacer
 from stabletrain_operator.observe.scrape import Scraper
 
@@ -47,7 +49,13 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     settings.watching.connect_timeout = 10
     settings.networking.request_timeout = 30
     settings.peering.mandatory = False
-    memo["kube"] = Kube(load_api_client())
+    memo["kube"] = Kube(ApiServer())
+
+
+@kopf.on.login()
+def login(**_: Any) -> kopf.ConnectionInfo:
+    """kopf's watches log in as the operator's own requests do (credentials.py)."""
+    return credentials()
 
 
 API_THREADS = 16

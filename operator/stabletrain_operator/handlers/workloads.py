@@ -17,7 +17,6 @@ import kopf
 
 from stabletrain_operator.api.constants import GROUP, PLURAL, VERSION
 from stabletrain_operator.handlers.pod_index import PodKey
-from stabletrain_operator.kube import load_api_client
 from stabletrain_operator.queue.api import KueueApi
 from stabletrain_operator.queue.facts import WorkloadFacts, workload_facts
 from stabletrain_operator.queue.workload import (
@@ -30,7 +29,7 @@ from stabletrain_operator.queue.workload import (
 
 @kopf.on.startup()
 def kueue_api(memo: kopf.Memo, **_: Any) -> None:
-    memo["kueue"] = KueueApi(load_api_client())
+    memo["kueue"] = KueueApi(memo["kube"].api)  # one pool of connections for both
 
 
 @kopf.index(KUEUE_GROUP, KUEUE_VERSION, WORKLOADS)

@@ -16,10 +16,10 @@ from collections.abc import Mapping
 from http import HTTPStatus
 from typing import Any, Protocol
 
-from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from stabletrain_operator.api.cluster_policy import StableTrainingPolicy
+from stabletrain_operator.apiserver import ApiError
 from stabletrain_operator.platform_policy.label_selection import applicable
 
 REFRESH_SECONDS = 5.0
@@ -53,7 +53,7 @@ class PolicyCatalog:
         """List the policies once (blocking: run it in a thread)."""
         try:
             listed = self._reader.list_policies()
-        except ApiException as error:
+        except ApiError as error:
             if error.status in (HTTPStatus.NOT_FOUND, HTTPStatus.FORBIDDEN):
                 self._warn_once(
                     f"list-{error.status}",
@@ -85,7 +85,7 @@ class PolicyCatalog:
             await asyncio.sleep(REFRESH_SECONDS)
             try:
                 await asyncio.to_thread(self.refresh)
-            except ApiException as error:
+            except ApiError as error:
                 _log.warning("StableTrainingPolicy objects not listed (%s %s); the last "
                              "list stays in use", error.status, error.reason)  # fmt: skip
 
@@ -97,7 +97,7 @@ class PolicyCatalog:
         """Read the namespace's labels (blocking: run it in a thread)."""
         try:
             labels = self._reader.namespace_labels(namespace)
-        except ApiException as error:
+        except ApiError as error:
             if error.status != HTTPStatus.FORBIDDEN:
                 raise
             self._warn_once(

@@ -11,10 +11,8 @@ import logging
 from http import HTTPStatus
 from typing import Any
 
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
-
 from stabletrain_operator.api.spec import StableTrainingJobSpec
+from stabletrain_operator.apiserver import ApiError, ApiServer, Resource
 from stabletrain_operator.queue.workload import (
     KUEUE_GROUP,
     KUEUE_VERSION,
@@ -26,24 +24,36 @@ from stabletrain_operator.queue.workload import (
 )
 
 Json = dict[str, Any]
-MERGE_PATCH = "application/merge-patch+json"
+
+
+def _kueue(plural: str, *verbs: str, **where: Any) -> Resource:
+    return Resource(KUEUE_GROUP, KUEUE_VERSION, plural, frozenset(verbs), custom=True, **where)
+
+
+WORKLOAD_OBJECTS = _kueue(WORKLOADS, "create", "patch")
+WORKLOAD_STATUS = _kueue(WORKLOADS, "patch", subresource="status")
+FLAVORS = _kueue(RESOURCE_FLAVORS, "get", namespaced=False)
+WORKLOAD_PRIORITIES = _kueue(WORKLOAD_PRIORITY_CLASSES, "get", namespaced=False)
+PRIORITY_CLASSES = Resource(
+    "scheduling.k8s.io", "v1", "priorityclasses", frozenset({"get", "list"}), namespaced=False
+)
+KUEUE_RESOURCES = (WORKLOAD_OBJECTS, WORKLOAD_STATUS, FLAVORS, WORKLOAD_PRIORITIES,
+                   PRIORITY_CLASSES)  # fmt: skip
+"""What only the Kueue integration reads or writes (kube.RESOURCES has the rest)."""
 
 _log = logging.getLogger(__name__)
 
 
 class KueueApi:
-    def __init__(self, api_client: client.ApiClient) -> None:
-        self.custom: Any = client.CustomObjectsApi(api_client)
-        self.scheduling: Any = client.SchedulingV1Api(api_client)
+    def __init__(self, api: ApiServer) -> None:
+        self.api = api
 
     def create_workload(self, body: Json) -> bool:
         """False when it already existed."""
         namespace = body["metadata"]["namespace"]
         try:
-            self.custom.create_namespaced_custom_object(
-                KUEUE_GROUP, KUEUE_VERSION, namespace, WORKLOADS, body
-            )
-        except ApiException as error:
+            self.api.call("create", WORKLOAD_OBJECTS, namespace=namespace, body=body)
+        except ApiError as error:
             if error.status == HTTPStatus.CONFLICT:
                 return False
             raise
@@ -52,11 +62,8 @@ class KueueApi:
     def patch_workload_status(self, namespace: str, name: str, patch: Json) -> bool:
         """False when the Workload changed since the patch was computed, or is gone."""
         try:
-            self.custom.patch_namespaced_custom_object_status(
-                KUEUE_GROUP, KUEUE_VERSION, namespace, WORKLOADS, name, patch,
-                _content_type=MERGE_PATCH,
-            )  # fmt: skip
-        except ApiException as error:
+            self.api.call("patch", WORKLOAD_STATUS, namespace=namespace, name=name, body=patch)
+        except ApiError as error:
             if error.status in (HTTPStatus.CONFLICT, HTTPStatus.NOT_FOUND):
                 return False
             raise
@@ -65,11 +72,8 @@ class KueueApi:
     def patch_workload(self, namespace: str, name: str, patch: Json) -> bool:
         """Metadata (the finalizers); False on a conflict or when it is gone."""
         try:
-            self.custom.patch_namespaced_custom_object(
-                KUEUE_GROUP, KUEUE_VERSION, namespace, WORKLOADS, name, patch,
-                _content_type=MERGE_PATCH,
-            )  # fmt: skip
-        except ApiException as error:
+            self.api.call("patch", WORKLOAD_OBJECTS, namespace=namespace, name=name, body=patch)
+        except ApiError as error:
             if error.status in (HTTPStatus.CONFLICT, HTTPStatus.NOT_FOUND):
                 return False
             raise
@@ -77,10 +81,8 @@ class KueueApi:
 
     def flavor(self, name: str) -> Json | None:
         try:
-            found: Json = self.custom.get_cluster_custom_object(
-                KUEUE_GROUP, KUEUE_VERSION, RESOURCE_FLAVORS, name
-            )
-        except ApiException as error:
+            found = self.api.call("get", FLAVORS, name=name)
+        except ApiError as error:
             if error.status == HTTPStatus.NOT_FOUND:
                 return None
             raise
@@ -93,16 +95,15 @@ class KueueApi:
         several), else 0."""
         workload_class = labels.get(PRIORITY_CLASS_LABEL)
         if workload_class:
-            found = self.custom.get_cluster_custom_object(
-                KUEUE_GROUP, KUEUE_VERSION, WORKLOAD_PRIORITY_CLASSES, workload_class
-            )
+            found = self.api.call("get", WORKLOAD_PRIORITIES, name=workload_class)
             return Priority(int(found["value"]), "WorkloadPriorityClass", workload_class)
         pod_class = (spec.workers.template.get("spec") or {}).get("priorityClassName")
         if pod_class:
-            read = self.scheduling.read_priority_class(pod_class)
-            return Priority(int(read.value), "PriorityClass", pod_class)
-        defaults = [c for c in self.scheduling.list_priority_class().items if c.global_default]
+            read = self.api.call("get", PRIORITY_CLASSES, name=pod_class)
+            return Priority(int(read["value"]), "PriorityClass", pod_class)
+        listed = self.api.call("list", PRIORITY_CLASSES).get("items") or []
+        defaults = [c for c in listed if c.get("globalDefault")]
         if defaults:
-            lowest = min(defaults, key=lambda c: c.value)
-            return Priority(int(lowest.value), "PriorityClass", str(lowest.metadata.name))
+            lowest = min(defaults, key=lambda c: int(c["value"]))
+            return Priority(int(lowest["value"]), "PriorityClass", str(lowest["metadata"]["name"]))
         return Priority(0)

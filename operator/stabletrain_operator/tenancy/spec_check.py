@@ -25,11 +25,10 @@ from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
-
 from stabletrain_operator import pods
 from stabletrain_operator.api.constants import Reason
 from stabletrain_operator.api.spec import StableTrainingJobSpec
+from stabletrain_operator.apiserver import ApiError
 from stabletrain_operator.kube import Kube
 from stabletrain_operator.tenancy import pod_security
 from stabletrain_operator.tenancy.hostnames import name_problems
@@ -87,7 +86,7 @@ def spec_problems(
     return Checked(tuple(problems), pod)
 
 
-def refuses_spec(error: ApiException) -> bool:
+def refuses_spec(error: ApiError) -> bool:
     """Whether the API server's answer to a pod is about the pod itself (invalid, or
     denied by Pod Security admission), not a passing condition (quota, throttling, RBAC)."""
     if error.status in (HTTPStatus.BAD_REQUEST, HTTPStatus.UNPROCESSABLE_ENTITY):
@@ -95,7 +94,7 @@ def refuses_spec(error: ApiException) -> bool:
     return error.status == HTTPStatus.FORBIDDEN and POD_SECURITY_DENIAL in str(error.body)
 
 
-def api_refusal(error: ApiException) -> SpecProblem:
+def api_refusal(error: ApiError) -> SpecProblem:
     """The API server's own words (they name the pod's field) as the template's problem."""
     text = str(error.body or error.reason)
     try:

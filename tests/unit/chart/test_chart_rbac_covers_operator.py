@@ -1,37 +1,34 @@
 """The chart's RBAC against the operator's source: every Kubernetes API call the operator
-makes (a `*_namespaced_*` method of the kubernetes client) and every kopf handler's watch
-is granted by the rendered Role. A new call in the operator without its rule fails here,
-long before a cluster refuses it with 403.
+makes and every kopf handler's watch is granted by the rendered Role, and nothing more.
 
-The mapping is the kubernetes client's naming: create/get/list/delete/patch keep their verb,
-read is get, replace is update; `_status` is the status subresource.
+Every request of the operator names a declared Resource and verb (apiserver.Resource, the
+tables in kube.py and queue/api.py), and an undeclared verb is refused before it is sent,
+so those tables are the complete list. A new call without its declaration fails wherever it
+runs; with it but without its rule, it fails here, long before a cluster refuses it with 403.
 """
 
 from __future__ import annotations
 
 import ast
-import re
 from pathlib import Path
 
 import pytest
 
-from stabletrain_operator.api.cluster_policy import POLICY_PLURAL
+from stabletrain_operator import kube
 from stabletrain_operator.api.constants import GROUP, PLURAL
+from stabletrain_operator.apiserver import ApiServer, Resource
+from stabletrain_operator.queue import api as kueue_api
 from stabletrain_operator.queue import workload as kueue
 from support.chart import render
 
 OPERATOR = Path(__file__).resolve().parents[3] / "operator" / "stabletrain_operator"
-CALL = re.compile(r"^(create|get|read|list|patch|replace|delete)_namespaced_(\w+?)(_status)?$")
-NODE_CALL = re.compile(r"^(read|list|patch)_node$")
-CLUSTER_CUSTOM_CALL = re.compile(r"^(get|list)_cluster_custom_object$")
-PRIORITY_CLASS_CALL = re.compile(r"^(read|list)_priority_class$")
 KUEUE_NAMES = {
     "KUEUE_GROUP": kueue.KUEUE_GROUP,
     "WORKLOADS": kueue.WORKLOADS,
     "RESOURCE_FLAVORS": kueue.RESOURCE_FLAVORS,
     "WORKLOAD_PRIORITY_CLASSES": kueue.WORKLOAD_PRIORITY_CLASSES,
 }
-"""Names the Kueue calls pass as group and plural (stabletrain_operator/queue)."""
+"""Names kopf's Kueue handlers pass as group and plural (handlers/workloads.py)."""
 NODE_PERMISSIONS_BY_INSTALL = {
     ("", "nodes", "list"): "cluster-wide installs only (namespaced ones only prefer to avoid)",
     ("", "nodes", "get"): "nodeRemediation.enabled only",
@@ -39,21 +36,6 @@ NODE_PERMISSIONS_BY_INSTALL = {
 }
 """Cluster-scoped calls the operator makes only where the install allows them; each is
 checked against its values below instead of in every install."""
-CLUSTER_CALLS = {
-    "list_cluster_custom_object": (GROUP, POLICY_PLURAL, "list"),
-    "read_namespace": ("", "namespaces", "get"),
-}
-"""Cluster-scoped calls every install makes: the platform policies and the labels of the
-jobs' namespaces their selectors match (a ClusterRole of their own, namespaced installs too)."""
-VERB = {"read": "get", "replace": "update"}
-RESOURCES = {
-    "pod": ("", "pods"),
-    "service": ("", "services"),
-    "config_map": ("", "configmaps"),
-    "secret": ("", "secrets"),
-    "event": ("", "events"),
-    "network_policy": ("networking.k8s.io", "networkpolicies"),
-}
 KOPF_HANDLER_NEEDS = {"daemon": ("list", "watch", "patch"), "index": ("list", "watch")}
 """What a kopf handler of that kind does with its resource: watch it (after a list), and
 for a daemon also patch it (progress annotations, the finalizer)."""
@@ -65,57 +47,37 @@ def operator_sources() -> list[Path]:
     return [p for p in OPERATOR.rglob("*.py") if "cli" not in p.relative_to(OPERATOR).parts]
 
 
-def _kueue_name(node: ast.expr) -> str | None:
-    return KUEUE_NAMES.get(node.id) if isinstance(node, ast.Name) else None
-
-
-def _custom_object(call: ast.Call | None, plural_at: int) -> tuple[str, str]:
-    """(group, plural) of a custom-objects call: Kueue's when its group is KUEUE_GROUP."""
-    if call is not None and call.args and _kueue_name(call.args[0]) is not None:
-        plural = _kueue_name(call.args[plural_at])
-        assert plural is not None, ast.dump(call)
-        return kueue.KUEUE_GROUP, plural
-    return GROUP, PLURAL
+def permissions(resources: tuple[Resource, ...]) -> set[Permission]:
+    return {(r.group, r.rbac_resource, verb) for r in resources for verb in r.verbs}
 
 
 def api_calls() -> set[Permission]:
-    needed: set[Permission] = set()
-    for path in operator_sources():
-        tree = ast.parse(path.read_text())
-        calls = {id(n.func): n for n in ast.walk(tree) if isinstance(n, ast.Call)}
-        for node in ast.walk(tree):
-            if not isinstance(node, ast.Attribute):
-                continue
-            if node.attr in CLUSTER_CALLS:
-                needed.add(CLUSTER_CALLS[node.attr])
-                continue
-            node_call = NODE_CALL.match(node.attr)
-            if node_call is not None:
-                needed.add(("", "nodes", VERB.get(node_call.group(1), node_call.group(1))))
-                continue
-            priority_call = PRIORITY_CLASS_CALL.match(node.attr)
-            if priority_call is not None:
-                verb = VERB.get(priority_call.group(1), priority_call.group(1))
-                needed.add(("scheduling.k8s.io", "priorityclasses", verb))
-                continue
-            cluster_call = CLUSTER_CUSTOM_CALL.match(node.attr)
-            if cluster_call is not None:
-                group, plural = _custom_object(calls.get(id(node)), 2)
-                needed.add((group, plural, cluster_call.group(1)))
-                continue
-            match = CALL.match(node.attr)
-            if match is None:
-                continue
-            action, resource, status = match.groups()
-            verb = VERB.get(action, action)
-            if resource == "custom_object":
-                group, plural = _custom_object(calls.get(id(node)), 3)
-                needed.add((group, plural + ("/status" if status else ""), verb))
-            else:
-                assert resource in RESOURCES, f"{path.name}: unmapped call {node.attr}"
-                group, plural = RESOURCES[resource]
-                needed.add((group, plural + ("/status" if status else ""), verb))
-    return needed
+    return permissions(kube.RESOURCES + kueue_api.KUEUE_RESOURCES)
+
+
+def test_every_request_goes_through_a_declared_resource() -> None:
+    """Only apiserver.py sends a request of its own (ApiServer.request); everything else
+    calls ApiServer.call with a Resource, so the tables above are complete."""
+    senders = [
+        path.relative_to(OPERATOR).as_posix()
+        for path in operator_sources()
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Attribute) and node.attr == "request"
+        and isinstance(node.ctx, ast.Load) and path.name != "apiserver.py"
+    ]  # fmt: skip
+    assert senders == []
+
+
+def test_an_undeclared_verb_is_refused_before_it_is_sent() -> None:
+    """The negative control: a verb outside a Resource's declaration never reaches the
+    server (the ApiServer here has no connection at all)."""
+    api = ApiServer.__new__(ApiServer)
+    with pytest.raises(ValueError, match="delete on secrets is not declared"):
+        api.call("delete", kube.SECRETS, namespace="ml", name="token")
+    assert ("", "secrets", "get") in api_calls()
+    assert ("networking.k8s.io", "networkpolicies", "update") in api_calls()
+    assert (GROUP, f"{PLURAL}/status", "patch") in api_calls()
+    assert ("", "pods", "list") in kopf_watches()
 
 
 def literal(node: ast.expr) -> str:
@@ -156,15 +118,6 @@ def granted(values: list[str]) -> set[Permission]:
         for verb in rule["verbs"]
         if "resourceNames" not in rule
     }
-
-
-def test_the_scan_finds_the_operators_calls() -> None:
-    """The negative control: the scan is not vacuous."""
-    calls = api_calls()
-    assert ("", "secrets", "get") in calls
-    assert ("networking.k8s.io", "networkpolicies", "update") in calls
-    assert (GROUP, f"{PLURAL}/status", "patch") in calls
-    assert ("", "pods", "list") in kopf_watches()
 
 
 @pytest.mark.parametrize(

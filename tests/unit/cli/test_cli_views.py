@@ -174,7 +174,7 @@ def test_cluster_commands_without_the_kubernetes_client_say_what_to_install(
     assert main(["status"]) == 1
     err = capsys.readouterr().err
     assert "status needs the Kubernetes client (kubernetes is not installed)" in err
-    assert "pip install 'stabletrain[operator]'" in err
+    assert "pip install 'stabletrain[cli]'" in err
 
 
 def test_details_show_the_policy_in_force_and_where_each_value_came_from() -> None:
