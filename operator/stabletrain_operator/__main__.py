@@ -12,6 +12,10 @@ about a minute before falling back to the namespaces given, which it now serves 
 
 from __future__ import annotations
 
+# isort: off
+import stabletrain_operator.client_libraries_off  # noqa: F401  (before kopf: see the module)
+
+# isort: on
 import argparse
 import dataclasses
 import importlib
