@@ -184,6 +184,9 @@ def test_chart_and_image_roll_back_a_poisoned_shard_in_real_containers(
     (operator,) = core.list_namespaced_pod(release_ns).items
     name, ip = operator.metadata.name, operator.status.pod_ip
     (status,) = operator.status.container_statuses
+    assert status.restart_count == 0, _kubectl(
+        cluster, "logs", "-n", release_ns, name, "--previous", check=False
+    )[-6000:]
     assert operator.status.phase == "Running", operator.status
     assert status.ready, status
     assert status.image.endswith(operator_image.reference), status.image
@@ -244,4 +247,7 @@ def test_chart_and_image_roll_back_a_poisoned_shard_in_real_containers(
     logs = StepLogs(Path(cluster.state.workdir) / "pfs", job_ns, claim="")
     assert logs.attempts() == [0, 1]
     (operator,) = core.list_namespaced_pod(release_ns).items
-    assert operator.status.container_statuses[0].restart_count == 0
+    restarts = operator.status.container_statuses[0].restart_count
+    assert restarts == 0, _kubectl(
+        cluster, "logs", "-n", release_ns, operator.metadata.name, "--previous", check=False
+    )[-6000:]
