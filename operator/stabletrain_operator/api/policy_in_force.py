@@ -10,11 +10,14 @@ generation; status.observedGeneration follows status.policy.
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import AwareDatetime, Field
 
 from stabletrain_contract.checkpoint.settings import CheckpointSettings
 from stabletrain_contract.detection import DetectionConfig
 from stabletrain_operator.api.base import ApiModel
+from stabletrain_operator.api.shared import Shared
 from stabletrain_operator.api.spec import RecoverySpec
 
 SOURCE_JOB = "Job"
@@ -47,9 +50,9 @@ class PolicyInForce(ApiModel):
     first."""
     sources: tuple[PolicySource, ...] = Field(default=(), max_length=SOURCES_MAX)
     """Where each value came from."""
-    detection: DetectionConfig
-    recovery: RecoverySpec
-    checkpoints: CheckpointSettings
+    detection: Annotated[DetectionConfig, Shared()]
+    recovery: Annotated[RecoverySpec, Shared()]
+    checkpoints: Annotated[CheckpointSettings, Shared()]
     """The checkpoint interval and retentions the pods' managers apply."""
 
 

@@ -39,6 +39,7 @@ from stabletrain_contract.names import (
 )
 from stabletrain_operator.api.base import PRESERVE_UNKNOWN, ApiModel
 from stabletrain_operator.api.constants import SKIPS_PER_ACTION
+from stabletrain_operator.api.shared import Shared
 
 QUANTITY_PATTERN = (
     r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
@@ -653,9 +654,9 @@ class StableTrainingJobSpec(ApiModel):
     )
 
     workers: WorkersSpec
-    checkpoints: CheckpointsSpec
-    detection: DetectionConfig = Field(default_factory=DetectionConfig)
-    recovery: RecoverySpec = Field(default_factory=RecoverySpec)
+    checkpoints: Annotated[CheckpointsSpec, Shared()]
+    detection: Annotated[DetectionConfig, Shared()] = Field(default_factory=DetectionConfig)
+    recovery: Annotated[RecoverySpec, Shared()] = Field(default_factory=RecoverySpec)
     suspend: bool = False
     """True asks every pod for a final checkpoint (saved on the local tier and flushed to
     the PFS), then stops all pods once each saved it or after 120 s, without counting a
@@ -663,8 +664,8 @@ class StableTrainingJobSpec(ApiModel):
     checkpoint, stable or not: the final one, or an interval save the pods reached between
     it and their stop."""
     manual_rollback: ManualRollbackSpec | None = None
-    preflight: PreflightSpec = Field(default_factory=PreflightSpec)
-    scheduling: SchedulingSpec = Field(default_factory=SchedulingSpec)
+    preflight: Annotated[PreflightSpec, Shared()] = Field(default_factory=PreflightSpec)
+    scheduling: Annotated[SchedulingSpec, Shared()] = Field(default_factory=SchedulingSpec)
 
     @model_validator(mode="after")
     def _custom_signals_defined(self, info: ValidationInfo) -> Self:
