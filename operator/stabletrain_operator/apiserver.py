@@ -207,7 +207,9 @@ class ApiServer:
         connection = self._connection
         response = self._send(connection, method, url, data, content_type)
         if response.status == HTTPStatus.UNAUTHORIZED:
-            connection = self._connection = _connect(self._login())
+            stale, connection = connection, _connect(self._login())
+            self._connection = connection
+            stale.pool.close()  # its idle connections now; those in use as they come back
             response = self._send(connection, method, url, data, content_type)
         if response.status >= HTTPStatus.BAD_REQUEST:
             reason = response.reason or HTTPStatus(response.status).phrase

@@ -2,9 +2,10 @@
 
 Most jobs of a fleet run the same detection, recovery and checkpoint policy (the built-in
 defaults, or one platform policy), and the operator held a validated copy of it per job,
-twice: in the spec and in `status.policy`. At 1,000 jobs that was some 50 KiB of Python
-objects per job. A field annotated `Shared()` validates a JSON input once and hands every
-later equal input the same model instance.
+twice: in the spec and in `status.policy`. Summed object by object, those parts were 35 of
+the 38 KiB of a job's parsed spec and most of the 29 KiB of its status.policy. A field
+annotated `Shared()` validates a JSON input once and hands every later equal input the
+same model instance.
 
 The result of a validation depends on the input, the model and whether the input is read
 as written (contract.base.AS_WRITTEN); those three are the key. Nothing else in the
