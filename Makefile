@@ -76,7 +76,7 @@ crds: $(STAMP) ## regenerate crds/, the chart's CRD copy and docs/api.md from th
 demo: $(STAMP) k8s-bins ## the self-healing demo: a tiny GPT, a poisoned shard, a rollback (timeline, Events, out/demo/*.png)
 	PYTHONPATH=tests $(PY) examples/tiny-gpt/demo.py --out out/demo
 
-bench: $(STAMP) k8s-bins ## guard overhead vs the bare loop (plain, Lightning, HF Trainer); replay vs the bare CSV parse; checkpoint I/O vs torch.save and cp; a real rollback's recovery timeline; steps a killed rank loses with the memory tier and without; the operator's API requests, CPU, RSS and trip latency at 20 simulated jobs
+bench: $(STAMP) k8s-bins ## guard overhead vs the bare loop (plain, Lightning, HF Trainer); replay vs the bare CSV parse; checkpoint I/O vs torch.save and cp; a real rollback's recovery timeline; steps a killed rank loses with the memory tier and without; the operator's API requests, CPU, RSS and trip latency at 20 simulated jobs; the parsed models the operator holds per job, policy parts shared and not
 	$(PY) bench/guard_overhead.py
 	$(PY) bench/guard_overhead.py --layers 4 --embd 128 --block 128 --rounds 10 --steps 20
 	$(PY) bench/framework_guard_overhead.py
@@ -85,6 +85,7 @@ bench: $(STAMP) k8s-bins ## guard overhead vs the bare loop (plain, Lightning, H
 	PYTHONPATH=tests $(PY) bench/recovery_timeline.py
 	PYTHONPATH=tests $(PY) -W ignore bench/memory_tier_steps_lost.py
 	PYTHONPATH=tests $(PY) bench/operator_scale.py --jobs 20 --trips 5 --window 30 --settle 10
+	PYTHONPATH=tests $(PY) bench/held_models.py
 
 CHAOS_ARGS ?=
 chaos: $(STAMP) k8s-bins ## a clean run, then the same run through every kind of fault (about 15 + 12 min): the fault plan, per-fault table, ETTR, final loss, out/chaos/chaos.png; CHAOS_ARGS="--minutes 5 --seed 3 --interval 60 --out DIR"
