@@ -188,3 +188,18 @@ def test_training_complete_ends_the_container_with_exit_code_0(
     attempts.start_first()
     wait_for(attempts, lambda r: r.state is ProcessState.EXITED)
     assert attempts.completed()
+
+
+def test_a_start_still_queued_when_the_pod_goes_never_runs(
+    pod: tuple[Attempts, Path, dict[str, str]],
+) -> None:
+    """The pod's TERM drops the orders not yet carried out: the next attempt's processes
+    never start after it (they would outlive the supervisor outside a container)."""
+    attempts, out, _ = pod
+    attempts.start_first()
+    wait_for(attempts, lambda r: (out / "env-0.json").exists())
+    assert attempts.order_start(start(1, grace=1.0))[0]
+    attempts.terminate(0.0)
+    time.sleep(3.0)  # the orders' worker carries out what was queued: the stop, the start
+    assert not (out / "env-1.json").exists(), "attempt 1 started after the pod's TERM"
+    assert descendants(os.getpid()) == []

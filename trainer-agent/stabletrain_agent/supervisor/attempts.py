@@ -103,6 +103,8 @@ class Attempts:
         self._current = _Current(first, ProcessState.RUNNING)
         self._started = 0
         self._orders = _Orders(newest=first)
+        self._terminated = False
+        """The pod is going (terminate): nothing starts any more."""
         self._worker = threading.Thread(target=self._work, name="orders", daemon=True)
         self._worker.start()
 
@@ -186,6 +188,7 @@ class Attempts:
         exit code the container should end with."""
         with self._lock:
             self._orders.newest = 1 << 62
+            self._terminated = True
         self._stop(grace, ordered=False)
         self._launcher.close()
         with self._lock:
@@ -226,6 +229,9 @@ class Attempts:
         self, attempt: int, environment: dict[str, str], directives: Directives | None
     ) -> None:
         with self._lock:
+            if self._terminated:
+                _log.info("supervisor: the pod is going; attempt %d not started", attempt)
+                return
             if self._current.launched is not None and self._current.state not in ENDED_STATES:
                 _log.error("supervisor: attempt %d still runs; attempt %d not started",
                            self._current.attempt, attempt)  # fmt: skip
@@ -259,6 +265,10 @@ class Attempts:
                 directives=directives,
             )
             self._changed.notify_all()
+            terminated = self._terminated
+        if terminated:  # the pod's TERM came while it was being started: end it at once
+            self._stop(0.0, ordered=False)
+            return
         _log.info("supervisor: attempt %d started (pid %d%s)", attempt, launched.pid,
                   ", warm" if launched.warm else "")  # fmt: skip
         threading.Thread(
