@@ -57,8 +57,7 @@ def sharing(enabled: bool) -> Iterator[None]:
         shared._validate_shared = kept
 
 
-def held_bytes(jobs: int, *, enabled: bool) -> int:
-    texts = [stored_job(f"job-{n:04d}") for n in range(jobs)]
+def held_bytes(texts: list[str], *, enabled: bool) -> int:
     gc.collect()
     tracemalloc.start()
     with sharing(enabled):
@@ -71,7 +70,7 @@ def held_bytes(jobs: int, *, enabled: bool) -> int:
             )
             held.append((spec, status))
         share_field_names(held)
-    del job, text
+    del job
     gc.collect()
     size, _ = tracemalloc.get_traced_memory()
     tracemalloc.stop()
@@ -82,8 +81,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=1000)
     args = parser.parse_args()
-    apart = held_bytes(args.jobs, enabled=False)
-    together = held_bytes(args.jobs, enabled=True)
+    texts = [stored_job(f"job-{n:04d}") for n in range(args.jobs)]
+    apart = held_bytes(texts, enabled=False)
+    together = held_bytes(texts, enabled=True)
     print(f"{args.jobs} jobs' parsed spec and status, held:")
     print("| policy parts | MiB | KiB a job |")
     print("|---|---|---|")

@@ -5,9 +5,9 @@ integration tests run it against the real API server with certificates and token
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import kopf
@@ -20,6 +20,7 @@ from stabletrain_operator.credentials import (
     kubeconfig_credentials,
 )
 from stabletrain_operator.kube import JOB_STATUS, NODES, PODS
+from support.loopback_http import serving
 
 
 def test_paths_of_namespaced_cluster_and_subresources() -> None:
@@ -35,58 +36,53 @@ def test_paths_of_namespaced_cluster_and_subresources() -> None:
         JOB_STATUS.path("ml")
 
 
-class Recorded(BaseHTTPRequestHandler):
-    """Answers from the server's script, one answer per request, and records each."""
+@dataclass
+class Scripted:
+    """One answer per request, in order, and every request as it came."""
 
-    def _answer(self) -> None:
-        server = self.server
-        assert isinstance(server, ScriptedServer)
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length).decode() if length else ""
-        server.seen.append((self.command, self.path, dict(self.headers), body))
-        status, answer = server.script.pop(0)
-        data = json.dumps(answer).encode()
-        self.send_response(status)
-        if status == 429:
-            self.send_header("Retry-After", "0")
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = _answer  # noqa: N815 (http.server names)
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
+    url: str = ""
+    script: list[tuple[int, object]] = field(default_factory=list)
+    seen: list[tuple[str, str, dict[str, str], str]] = field(default_factory=list)
 
 
-class ScriptedServer(ThreadingHTTPServer):
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), Recorded)
-        self.script: list[tuple[int, object]] = []
-        self.seen: list[tuple[str, str, dict[str, str], str]] = []
+def _answering(scripted: Scripted) -> type[BaseHTTPRequestHandler]:
+    class Recorded(BaseHTTPRequestHandler):
+        def _answer(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length).decode() if length else ""
+            scripted.seen.append((self.command, self.path, dict(self.headers), body))
+            status, answer = scripted.script.pop(0)
+            data = json.dumps(answer).encode()
+            self.send_response(status)
+            if status == 429:
+                self.send_header("Retry-After", "0")
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = _answer  # noqa: N815 (http.server)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    return Recorded
 
 
 @pytest.fixture
-def server() -> Iterator[ScriptedServer]:
-    scripted = ScriptedServer()
-    thread = threading.Thread(target=scripted.serve_forever, daemon=True)
-    thread.start()
-    try:
+def server() -> Iterator[Scripted]:
+    scripted = Scripted()
+    with serving(_answering(scripted)) as url:
+        scripted.url = url
         yield scripted
-    finally:
-        scripted.shutdown()
-        scripted.server_close()
-        thread.join(timeout=5)
 
 
-def _login(server: ScriptedServer, tokens: list[str]) -> kopf.ConnectionInfo:
-    host, port = server.server_address[:2]
-    return kopf.ConnectionInfo(server=f"http://{host!s}:{port}", token=tokens.pop(0))
+def _login(server: Scripted, tokens: list[str]) -> kopf.ConnectionInfo:
+    return kopf.ConnectionInfo(server=server.url, token=tokens.pop(0))
 
 
 def test_a_patch_of_a_custom_resource_is_a_merge_patch_and_of_a_pod_a_strategic_one(
-    server: ScriptedServer,
+    server: Scripted,
 ) -> None:
     api = ApiServer(lambda: _login(server, ["t"]))
     server.script = [(200, {"status": {"phase": "Stopping"}}), (200, {})]
@@ -104,7 +100,7 @@ def test_a_patch_of_a_custom_resource_is_a_merge_patch_and_of_a_pod_a_strategic_
     assert pod_headers["Content-Type"] == "application/strategic-merge-patch+json"
 
 
-def test_an_error_carries_the_status_and_the_api_servers_words(server: ScriptedServer) -> None:
+def test_an_error_carries_the_status_and_the_api_servers_words(server: Scripted) -> None:
     api = ApiServer(lambda: _login(server, ["t"]))
     refusal = {"kind": "Status", "message": 'pods "p" is forbidden: violates PodSecurity'}
     server.script = [(403, refusal)]
@@ -117,7 +113,7 @@ def test_an_error_carries_the_status_and_the_api_servers_words(server: ScriptedS
     assert server.seen[0][1] == "/api/v1/namespaces/ml/pods?dryRun=All"
 
 
-def test_a_401_logs_in_again_once_and_sends_the_new_token(server: ScriptedServer) -> None:
+def test_a_401_logs_in_again_once_and_sends_the_new_token(server: Scripted) -> None:
     """A service account token the kubelet rotated: the next login reads the new one."""
     tokens = ["old", "new", "newer"]
     api = ApiServer(lambda: _login(server, tokens))
@@ -132,7 +128,7 @@ def test_a_401_logs_in_again_once_and_sends_the_new_token(server: ScriptedServer
 
 
 def test_a_read_the_api_server_sheds_with_retry_after_is_sent_again(
-    server: ScriptedServer,
+    server: Scripted,
 ) -> None:
     """429 "storage is (re)initializing" right after a CRD is installed: a read waits what
     Retry-After says and asks again; a write is not repeated (it gets the 429)."""
@@ -147,7 +143,7 @@ def test_a_read_the_api_server_sheds_with_retry_after_is_sent_again(
     assert [method for method, *_ in server.seen] == ["GET", "GET", "GET", "POST"]
 
 
-def test_an_undeclared_verb_is_refused_without_a_request(server: ScriptedServer) -> None:
+def test_an_undeclared_verb_is_refused_without_a_request(server: Scripted) -> None:
     api = ApiServer(lambda: _login(server, ["t"]))
     read_only = Resource("", "v1", "namespaces", frozenset({"get"}), namespaced=False)
     with pytest.raises(ValueError, match="delete on namespaces is not declared"):
