@@ -40,7 +40,13 @@ from stabletrain_operator.machine import Launch, Transition, World, advance
 from stabletrain_operator.observe import rejected_copies
 from stabletrain_operator.observe.pacing import FAST_INTERVAL_SECONDS, ScrapePacer
 from stabletrain_operator.observe.pod_facts import PodFacts, PodState
-from stabletrain_operator.observe.scrape import Scraper, ScrapeResult, ScrapeTarget, scrape_all
+from stabletrain_operator.observe.scrape import (
+    KEEPALIVE_SECONDS,
+    Scraper,
+    ScrapeResult,
+    ScrapeTarget,
+    scrape_all,
+)
 from stabletrain_operator.observe.stall import RankProgress
 from stabletrain_operator.observe.supervised import attempt_ended, with_reports
 from stabletrain_operator.ownership import NotOwnedError
@@ -215,9 +221,14 @@ async def _scrape(
     if not final and time.monotonic() - memory.last_scrape < _round_interval(memory, pacer):
         return ()
     memory.last_scrape = time.monotonic()
+    keep_alive = _round_interval(memory, pacer) < KEEPALIVE_SECONDS
     targets = [
         ScrapeTarget(
-            p.name, pods.agent_url(p.ip, p.agent_port), p.attempt, memory.status_credential
+            p.name,
+            pods.agent_url(p.ip, p.agent_port),
+            p.attempt,
+            memory.status_credential,
+            keep_alive=keep_alive,
         )
         for p in facts
         if p.attempt == status.attempt and p.state is PodState.RUNNING and p.ip

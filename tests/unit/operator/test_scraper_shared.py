@@ -104,3 +104,29 @@ def test_the_operator_drops_an_idle_connection_before_the_agent_does() -> None:
     """The agent closes a connection idle for its request timeout; reusing one it is closing
     would fail a scrape, so the operator's keep-alive ends first."""
     assert KEEPALIVE_SECONDS < REQUEST_TIMEOUT_SECONDS
+
+
+def test_a_pod_not_scraped_again_soon_leaves_no_idle_connection() -> None:
+    """Before: every scraped pod's connection stayed in the pool for KEEPALIVE_SECONDS, even
+    when its next round came later and found it closed (at 1,000 jobs some 1,900 idle
+    connections). After: such a scrape says `Connection: close`, and the pools hold nothing."""
+
+    async def rounds(url: str) -> tuple[list[bool], int]:
+        scraper = Scraper()
+        try:
+            target = ScrapeTarget("pod-0", url, 0, keep_alive=False)
+            answered = [
+                (await scraper.scrape_all([target]))[0].status is not None for _ in range(3)
+            ]
+            connectors = [scraper.session.connector, scraper._closing.connector]
+            idle = sum(len(kept) for c in connectors if c is not None for kept in c._conns.values())
+            return answered, idle
+        finally:
+            await scraper.close()
+
+    _KeepAlive.client_ports.clear()
+    with serving(_KeepAlive) as url:
+        answered, idle = asyncio.run(rounds(url))
+    assert answered == [True, True, True]
+    assert idle == 0, f"{idle} idle connections kept"
+    assert len(set(_KeepAlive.client_ports)) == 3, _KeepAlive.client_ports
