@@ -108,6 +108,16 @@ def parse(job: Json) -> tuple[StableTrainingJobSpec, StableTrainingJobStatus] | 
     return spec, status
 
 
+class StatusWrite(Enum):
+    """Why a status is written: the two kinds wait for the API pool differently
+    (reconcile._record)."""
+
+    DECISION = "Decision"
+    """A change beyond the progress numbers: written at once."""
+    PROGRESS = "Progress"
+    """Progress numbers alone, at most once per `progress_seconds`."""
+
+
 def write_needed(
     before: StableTrainingJobStatus,
     after: StableTrainingJobStatus,
@@ -115,12 +125,14 @@ def write_needed(
     progress_written_at: float,
     now: float,
     progress_seconds: float,
-) -> bool:
+) -> StatusWrite | None:
     """A change beyond the progress numbers is written at once; progress alone at most once
-    per `progress_seconds`."""
+    per `progress_seconds`; None when nothing is due."""
     if after == before:
-        return False
+        return None
     unchanged_progress = {name: getattr(before, name) for name in PROGRESS_FIELDS}
     if after.model_copy(update=unchanged_progress) != before:
-        return True
-    return now - progress_written_at >= progress_seconds
+        return StatusWrite.DECISION
+    if now - progress_written_at >= progress_seconds:
+        return StatusWrite.PROGRESS
+    return None

@@ -34,7 +34,15 @@ from stabletrain_operator.api.spec import RecoverySpec, StableTrainingJobSpec
 from stabletrain_operator.api.status import StableTrainingJobStatus
 from stabletrain_operator.apiserver import ApiError
 from stabletrain_operator.finite import non_finite_replaced
-from stabletrain_operator.jobview import JobView, Source, identity, parse, source, write_needed
+from stabletrain_operator.jobview import (
+    JobView,
+    Source,
+    StatusWrite,
+    identity,
+    parse,
+    source,
+    write_needed,
+)
 from stabletrain_operator.kube import Kube, StaleStatusError, each
 from stabletrain_operator.machine import Launch, Transition, World, advance
 from stabletrain_operator.observe import rejected_copies
@@ -685,10 +693,13 @@ async def _record(
     *,
     progress_seconds: float,
     clock: StageClock | None = None,
+    progress_writes: asyncio.Semaphore | None = None,
 ) -> bool:
     """Write `status` if it holds a decision or progress is due; either way it becomes the
     held status. True when it was written. The `clock` notes when a thread of the API pool
-    took the write (the wait behind other blocking calls, apart from the request's own)."""
+    took the write (the wait behind other blocking calls, apart from the request's own).
+    A progress-only write waits for one of `progress_writes` first, so that decisions
+    always find a thread."""
     now = time.monotonic()
     due = write_needed(
         view.status,
@@ -708,7 +719,11 @@ async def _record(
         return kube.write_status(key.namespace, key.name, view.resource_version, body)
 
     try:
-        written = await asyncio.to_thread(write)
+        if due is StatusWrite.PROGRESS and progress_writes is not None:
+            async with progress_writes:
+                written = await asyncio.to_thread(write)
+        else:
+            written = await asyncio.to_thread(write)
     except StaleStatusError:
         memory.view = None
         raise
@@ -734,6 +749,7 @@ async def tick(
     workloads: Iterable[WorkloadFacts] = (),
     tenancy: TenancySettings | None = None,
     catalog: PolicyCatalog | None = None,
+    progress_writes: asyncio.Semaphore | None = None,
 ) -> bool:
     """One reconcile; False once the job is gone (the daemon may end). `live` is kopf's live
     body of the job, its metadata only (handlers/live_body.py); progress numbers are written
@@ -743,7 +759,8 @@ async def tick(
     breaks the cluster's `tenancy` settings (their defaults without it): the job is held
     with InvalidSpec. With `kueue` (the operator's --kueue), a job with the queue-name label
     runs only while its Workload (among `workloads`, the job's in the operator's index) is
-    admitted. The job's platform policies come from `catalog` (none without one)."""
+    admitted. The job's platform policies come from `catalog` (none without one). A
+    progress-only status write waits for one of `progress_writes` (unbounded without)."""
     tenancy = tenancy or TenancySettings()
     clock = StageClock(memory.woken_at)
     view = await _view(kube, key, live, memory)
@@ -860,7 +877,7 @@ async def tick(
         clock.mark("launch")
     written = await _record(
         kube, key, view, transition.status, memory, progress_seconds=progress_seconds,
-        clock=clock,
+        clock=clock, progress_writes=progress_writes,
     )  # fmt: skip
     clock.mark("write")
     if written and transition.status.phase is not status.phase:

@@ -124,6 +124,7 @@ async def _reconcile(
                 votes=memo.get("node_votes"),
                 tenancy=memo.get("tenancy"),
                 catalog=memo.get("policies"),
+                progress_writes=memo.get("progress_writes"),
             )
             share_field_names(memory)
             failures = 0

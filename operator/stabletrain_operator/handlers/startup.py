@@ -11,7 +11,8 @@
   budget (`--scrape-rate`, observe/pacing.py) shared by every job, with the probe of the
   loop's lag that lowers it while the loop falls behind.
 - One thread pool of API_THREADS for every blocking API call the daemons make
-  (asyncio.to_thread), instead of asyncio's default of cores + 4 (6 on a 2-core machine).
+  (asyncio.to_thread), instead of asyncio's default of cores + 4 (6 on a 2-core machine),
+  of which progress-only status writes take at most half.
 - A task that hands glibc's free heap pages back every minute (heap_trim.py).
 - Daemons make kopf put a finalizer on every job (it must stop the daemon before the object
   goes); it is removed as soon as the job is deleted while the operator runs, so tests
@@ -65,12 +66,22 @@ others a second: 3-15 s per hop, and a trip waited for several (bench/operator_s
 Below kube.CONNECTION_POOL, which also serves the fan-out of a big job's pods."""
 
 
+PROGRESS_WRITE_THREADS = API_THREADS // 2
+"""The most threads of the pool that progress-only status writes take at once. They are
+most of the operator's writes (every healthy job's, once per progressWriteSeconds), and when
+the API server answers slowly they filled the whole pool: at 1,000 jobs a trip's decision
+waited up to 2.3 s behind them for a thread (bench/operator_scale.py, "queued for a
+thread"). The rest of the pool is left to decisions and every other call."""
+
+
 @kopf.on.startup()
-async def api_threads(**_: Any) -> None:
-    """Async, so the pool is set on the operator's own event loop."""
+async def api_threads(memo: kopf.Memo, **_: Any) -> None:
+    """Async, so the pool and the progress writes' semaphore belong to the operator's own
+    event loop."""
     asyncio.get_running_loop().set_default_executor(
         ThreadPoolExecutor(max_workers=API_THREADS, thread_name_prefix="api")
     )
+    memo["progress_writes"] = asyncio.Semaphore(PROGRESS_WRITE_THREADS)
 
 
 @kopf.on.startup()

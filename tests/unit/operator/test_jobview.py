@@ -14,6 +14,7 @@ from stabletrain_operator.jobview import (
     WATCH_LAG_SECONDS,
     JobView,
     Source,
+    StatusWrite,
     identity,
     parse,
     source,
@@ -72,29 +73,32 @@ def test_the_held_view_keeps_the_objects_identity_not_its_fields_or_status() -> 
     }  # fmt: skip
 
 
-def _due(before: StableTrainingJobStatus, after: StableTrainingJobStatus, since: float) -> bool:
+def _due(
+    before: StableTrainingJobStatus, after: StableTrainingJobStatus, since: float
+) -> StatusWrite | None:
     return write_needed(before, after, progress_written_at=0.0, now=since, progress_seconds=30)
 
 
 def test_progress_alone_waits_for_its_interval_and_is_written_after_it() -> None:
     before = StableTrainingJobStatus(phase=Phase.RUNNING, step=10, loss=2.5)
     after = before.model_copy(update={"step": 11, "loss": 2.4, "grad_norm": 0.9})
-    assert not _due(before, after, since=29.9)
-    assert _due(before, after, since=30.0)
+    assert _due(before, after, since=29.9) is None
+    assert _due(before, after, since=30.0) is StatusWrite.PROGRESS
 
 
 def test_anything_but_progress_is_written_at_once_with_the_progress() -> None:
     before = StableTrainingJobStatus(phase=Phase.RUNNING, step=10, loss=2.5)
     stopping = before.model_copy(update={"phase": Phase.STOPPING, "step": 12})
-    assert _due(before, stopping, since=0.1)
+    assert _due(before, stopping, since=0.1) is StatusWrite.DECISION
     trips = before.model_copy(update={"counters": before.counters.model_copy(update={"trips": 1})})
-    assert _due(before, trips, since=0.1)
-    assert _due(before, before.model_copy(update={"attempt_progressed": True}), since=0.1)
+    assert _due(before, trips, since=0.1) is StatusWrite.DECISION
+    progressed = before.model_copy(update={"attempt_progressed": True})
+    assert _due(before, progressed, since=0.1) is StatusWrite.DECISION
 
 
 def test_an_unchanged_status_is_never_written() -> None:
     status = StableTrainingJobStatus(phase=Phase.RUNNING, step=10)
-    assert not _due(status, status.model_copy(), since=1_000.0)
+    assert _due(status, status.model_copy(), since=1_000.0) is None
 
 
 def test_a_spec_that_does_not_validate_is_refused_with_the_field_named(caplog: Any) -> None:
