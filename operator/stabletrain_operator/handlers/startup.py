@@ -13,7 +13,7 @@
 - One thread pool of API_THREADS for every blocking API call the daemons make
   (asyncio.to_thread), instead of asyncio's default of cores + 4 (6 on a 2-core machine),
   of which progress-only status writes take at most half.
-- A task that hands glibc's free heap pages back every minute (heap_trim.py).
+- A task that hands glibc's free heap pages back every 10 s (heap_trim.py).
 - Daemons make kopf put a finalizer on every job (it must stop the daemon before the object
   goes); it is removed as soon as the job is deleted while the operator runs, so tests
   delete their jobs before they stop the operator (see docs/operator.md).
