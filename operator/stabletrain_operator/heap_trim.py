@@ -7,7 +7,7 @@ the time, and glibc keeps the freed pages inside its heap for reuse rather than 
 them: at 1,000 jobs 38 MiB of the operator's 310 MiB were free glibc pages, and one
 `malloc_trim(0)` took the process from 304 to 280 MiB (docs/operations.md, "Memory").
 Trimmed once a minute, the heap still swung between 24 and 47 MiB from one reading to the
-next at 1,000 jobs; every 10 s it stays near 25 MiB once the jobs run.
+next at 1,000 jobs; every 10 s it stays at 25-32 MiB once the jobs run.
 Without glibc (another C library) there is nothing to call and nothing is done.
 """
 
@@ -23,7 +23,8 @@ TRIM_INTERVAL_SECONDS = 10.0
 """Often enough that the pages a burst of ticks freed go back within seconds. A trim walks the
 whole heap (some 7 ms for 300 MB with little free and 32 ms with 260 MB free, measured on
 this project's 2-core CI machine), so it runs on a thread of the API pool: ctypes lets go of
-the interpreter for the call, and the event loop goes on meanwhile."""
+the interpreter for the call, and the event loop waits for it only if it needs the heap's
+lock meanwhile."""
 
 _log = logging.getLogger(__name__)
 
