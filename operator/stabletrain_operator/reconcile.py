@@ -9,6 +9,7 @@ Events therefore never announce something the status does not hold.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import logging
@@ -226,10 +227,11 @@ async def _scrape(
         if pacer is not None:
             pacer.forget((key.namespace, key.name))
         return ()
-    if not final and time.monotonic() - memory.last_scrape < _round_interval(memory, pacer):
+    interval = _round_interval(memory, pacer)
+    if not final and time.monotonic() - memory.last_scrape < interval:
         return ()
     memory.last_scrape = time.monotonic()
-    keep_alive = _round_interval(memory, pacer) < KEEPALIVE_SECONDS
+    keep_alive = interval < KEEPALIVE_SECONDS
     targets = [
         ScrapeTarget(
             p.name,
@@ -719,10 +721,8 @@ async def _record(
         return kube.write_status(key.namespace, key.name, view.resource_version, body)
 
     try:
-        if due is StatusWrite.PROGRESS and progress_writes is not None:
-            async with progress_writes:
-                written = await asyncio.to_thread(write)
-        else:
+        cap = progress_writes if due is StatusWrite.PROGRESS else None
+        async with cap or contextlib.nullcontext():
             written = await asyncio.to_thread(write)
     except StaleStatusError:
         memory.view = None
