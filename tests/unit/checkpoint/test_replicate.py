@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from ckpt_copies import KEY, write_copy
 
-from stabletrain_agent.checkpoint import atomic
+from stabletrain_agent.checkpoint import atomic, replicate
 from stabletrain_agent.checkpoint.inventory_scan import (
     VerifyCache,
     build_records,
@@ -17,7 +17,12 @@ from stabletrain_agent.checkpoint.inventory_scan import (
     scan_local,
     scan_pfs,
 )
-from stabletrain_agent.checkpoint.layout import MANIFEST_NAME, pfs_part_dir
+from stabletrain_agent.checkpoint.layout import (
+    MANIFEST_NAME,
+    attempt_dir,
+    iter_attempt_dirs,
+    pfs_part_dir,
+)
 from stabletrain_agent.checkpoint.manifest import CheckpointCorruptError, verify_copy
 from stabletrain_agent.checkpoint.replicate import (
     PfsUnavailableError,
@@ -49,7 +54,7 @@ def test_corrupt_local_copy_is_not_propagated(tmp_path: Path) -> None:
     with pytest.raises(CheckpointCorruptError, match="fails its crc32 check"):
         replicate_copy(local, pfs, 100, 1, "n0", key=KEY)
     assert not pfs_part_dir(pfs, 100, 1, "n0").exists()
-    assert [p.name for p in (pfs / "step-0000000100" / "attempt-1").iterdir()] == []
+    assert list(pfs.iterdir()) == []  # not even the empty step it was to go under
 
 
 def test_pfs_is_complete_only_with_every_nodes_part(tmp_path: Path) -> None:
@@ -104,6 +109,33 @@ def test_pfs_removed_saves_continue_condition_set_then_catch_up(tmp_path: Path) 
     finally:
         replicator.close()
     assert any("not there" in message for message in errors)
+
+
+def test_a_copy_deleted_while_replicating_leaves_no_step_on_the_pfs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Retention removes the local copy the replicator is reading: the copy is dropped and
+    the PFS is left as it was, with no empty step for every scan to list and no retention
+    to remove (what the size-limit test on a loaded machine used to find)."""
+    local, pfs = tmp_path / "local", tmp_path / "pfs"
+    pfs.mkdir()
+    write_copy(local, 100, node="n0", nodes=("n0", "n1"))
+    write_copy(tmp_path / "n1", 100, node="n1", nodes=("n0", "n1"))
+    replicate_copy(tmp_path / "n1", pfs, 100, 1, "n1", key=KEY)  # another node's part
+    write_copy(local, 200)
+    copy_file = atomic.copy_file_read_back
+
+    def deleted_meanwhile(source: Path, destination: Path) -> tuple[int, str]:
+        atomic.remove_tree_durable(source.parent)
+        return copy_file(source, destination)
+
+    monkeypatch.setattr(replicate, "copy_file_read_back", deleted_meanwhile)
+    with pytest.raises(FileNotFoundError, match="deleted while copying"):
+        replicate_copy(local, pfs, 200, 1, "n0", key=KEY)
+    with pytest.raises(FileNotFoundError, match="deleted while copying"):
+        replicate_copy(local, pfs, 100, 1, "n0", key=KEY)
+    assert [step for step, _, _ in iter_attempt_dirs(pfs)] == [100]
+    assert [p.name for p in attempt_dir(pfs, 100, 1).iterdir()] == ["node-n1"]
 
 
 def test_unwritable_pfs_raises_a_named_error(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ every helper fsyncs the file, renames, then fsyncs the directory that holds the 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import os
@@ -45,6 +46,15 @@ def make_dirs_durable(path: Path, stop_at: Path) -> None:
         except FileExistsError:
             continue
         fsync_dir(directory.parent)
+
+
+def remove_empty_dirs(*directories: Path) -> None:
+    """Remove the directories that are empty, in order (one still holding anything, a part
+    of another node or a copy being written, is left alone).  An attempt directory with
+    nothing in it would otherwise be listed as a checkpoint step by every scan."""
+    for directory in directories:
+        with contextlib.suppress(OSError):
+            directory.rmdir()
 
 
 def write_file_atomic(path: Path, data: bytes) -> None:

@@ -56,6 +56,7 @@ from stabletrain_agent.checkpoint.atomic import (
     fsync_dir,
     make_dirs_durable,
     quarantine,
+    remove_empty_dirs,
     remove_tree_durable,
 )
 from stabletrain_agent.checkpoint.commit import commit_copy
@@ -120,13 +121,6 @@ def _retention_item(
     return RetentionItem(
         key[0], key[1], manifest.stable, manifest.spike_marker, on_lineage, manifest.episode
     )
-
-
-def _prune_empty(*directories: Path) -> None:
-    """Remove step and attempt directories retention emptied (a busy one is left alone)."""
-    for directory in directories:
-        with contextlib.suppress(OSError):
-            directory.rmdir()
 
 
 class _BackgroundWriter(FileSystemWriter):
@@ -966,7 +960,7 @@ class CheckpointManager:
                 self.replicator.forget(step, attempt)
             copy = local_copy_dir(self.config.local_dir, step, attempt)
             remove_tree_durable(copy)
-            _prune_empty(copy.parent)
+            remove_empty_dirs(copy.parent)
         self._trim_pfs([*self._protected, *waiting])
 
     def _local_budget(self, manifests: Iterable[CopyManifest]) -> int | None:
@@ -1004,7 +998,7 @@ class CheckpointManager:
             try:
                 part = pfs_part_dir(self.config.pfs_root, step, attempt, self.config.part)
                 remove_tree_durable(part)
-                _prune_empty(part.parent, part.parent.parent)
+                remove_empty_dirs(part.parent, part.parent.parent)
             except OSError as error:
                 log.warning("cannot trim PFS step %d: %s", step, error)
 

@@ -29,6 +29,7 @@ from stabletrain_agent.checkpoint.atomic import (
     fsync_dir,
     make_dirs_durable,
     quarantine,
+    remove_empty_dirs,
 )
 from stabletrain_agent.checkpoint.fence import StaleAttemptError, check_not_stale
 from stabletrain_agent.checkpoint.inventory_scan import VerifyCache
@@ -104,17 +105,26 @@ def replicate_copy(
         if cache is not None:
             cache.remember(target, manifest)  # just read back and verified
     except CheckpointCorruptError:
-        shutil.rmtree(temp, ignore_errors=True)
+        _discard(temp)
         raise
     except OSError as error:
-        shutil.rmtree(temp, ignore_errors=True)
+        _discard(temp)
         if not source.is_dir():
             raise FileNotFoundError(f"local copy {source} was deleted while copying") from error
         raise PfsUnavailableError(f"cannot write to PFS {pfs_root}: {error}") from error
     except BaseException:
-        shutil.rmtree(temp, ignore_errors=True)
+        _discard(temp)
         raise
     return copied
+
+
+def _discard(temp: Path) -> None:
+    """Remove a part that was not committed, and the attempt and step directories made for
+    it if nothing else is in them: a copy dropped (its local copy deleted by retention
+    meanwhile) or failed must leave no empty step on the PFS, where every scan would list
+    it and no retention would ever remove it."""
+    shutil.rmtree(temp, ignore_errors=True)
+    remove_empty_dirs(temp.parent, temp.parent.parent)
 
 
 def _verify_new_part(
