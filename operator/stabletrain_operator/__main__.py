@@ -26,7 +26,7 @@ from typing import TypeVar
 import kopf
 
 from stabletrain_contract import env
-from stabletrain_operator import metrics, pods
+from stabletrain_operator import apiserver, metrics, pods
 from stabletrain_operator.jobview import DEFAULT_PROGRESS_WRITE_SECONDS
 from stabletrain_operator.observe.pacing import DEFAULT_SCRAPE_RATE
 from stabletrain_operator.remediation import DEFAULT_MIN_JOBS, NodeRemediation, NodeVotes
@@ -187,6 +187,7 @@ def run() -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     logging.getLogger("kopf").setLevel(logging.DEBUG if args.verbose else logging.WARNING)
+    apiserver.quiet_pool_overflow()
     importlib.import_module("stabletrain_operator.register_handlers")  # registers the handlers
     if args.kueue:  # its watches need Kueue's CRDs, so they exist only when asked for
         importlib.import_module("stabletrain_operator.handlers.workloads")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
+import logging
 import os
 import ssl
 import tempfile
@@ -39,7 +40,8 @@ STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 CONNECTION_POOL = 32
 """Connections to the API server kept for reuse: the reconciles' worker threads and a
 launch's fan-out together (kube.FANOUT); more requests at once open connections that are
-closed after use."""
+closed after use (`quiet_pool_overflow`)."""
+_POOL_OVERFLOW = "Connection pool is full, discarding connection"
 
 RETRIES = urllib3.Retry(total=3, redirect=0, raise_on_status=False)
 """urllib3's own rule, as the Kubernetes client had it: a refused connection is tried
@@ -151,6 +153,19 @@ def _as_file(path: Any, data: str | bytes | None, directory: str, name: str) -> 
     written.touch(mode=0o600)
     written.write_bytes(_decoded(data))
     return str(written)
+
+
+def _not_pool_overflow(record: logging.LogRecord) -> bool:
+    return not str(record.msg).startswith(_POOL_OVERFLOW)
+
+
+def quiet_pool_overflow() -> None:
+    """Drop urllib3's warning that a connection beyond CONNECTION_POOL was closed after use.
+
+    That is how the pool is meant to work here: at 1,000 jobs the fan-outs of the reconcile
+    threads run more requests at once than are worth keeping open, and the warning came in
+    bursts of hundreds whenever jobs started or tripped, saying nothing to act on."""
+    logging.getLogger("urllib3.connectionpool").addFilter(_not_pool_overflow)
 
 
 def _headers(info: kopf.ConnectionInfo) -> dict[str, str]:
