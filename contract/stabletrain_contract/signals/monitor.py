@@ -12,8 +12,8 @@ list of them, turns their findings into a verdict and keeps the snapshot the exp
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from types import MappingProxyType
+from typing import Any, NamedTuple
 
 from stabletrain_contract.detection import DetectionConfig
 from stabletrain_contract.names import (
@@ -41,9 +41,9 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class Verdict:
-    """The monitor's answer for one step."""
+class Verdict(NamedTuple):
+    """The monitor's answer for one step (a tuple, as the snapshot: both are built on every
+    step, where a frozen dataclass costs several times more)."""
 
     step: int
     trip: bool
@@ -56,8 +56,7 @@ class Verdict:
     """Loss or grad norm is non-finite: this step's update must not reach the weights."""
 
 
-@dataclass(frozen=True)
-class MonitorSnapshot:
+class MonitorSnapshot(NamedTuple):
     """What the exporter and the trip report show about the monitor's state."""
 
     step: int | None
@@ -74,7 +73,7 @@ class MonitorSnapshot:
     non_finite_total: int
     anomaly_class: AnomalyClass | None
     """Class of the most recent sustained finding, None while the run looks healthy."""
-    custom: Mapping[str, float] = field(default_factory=dict)
+    custom: Mapping[str, float] = MappingProxyType({})
     findings: tuple[Finding, ...] = ()
 
 
@@ -165,11 +164,13 @@ class SignalMonitor:
             if fired:
                 _check_users_findings(detector, fired)
                 findings.extend(fired)
-        if self._spikes.loss_judged and not findings:
-            self._last_good_step = obs.step
+        self._snapshot = self._take_snapshot(obs, findings)
+        if not findings:  # the usual step: nothing to weigh against the rules
+            if self._spikes.loss_judged:
+                self._last_good_step = obs.step
+            return Verdict(obs.step, False, skip_update=self._non_finite.skip_update)
         firing = frozenset(f.signal for f in findings)
         tripping = tuple(f for f in findings if f.sustained and self._trips(f, firing))
-        self._snapshot = self._take_snapshot(obs, findings)
         return Verdict(
             step=obs.step,
             trip=bool(tripping),

@@ -33,7 +33,8 @@ class SpikeReading(NamedTuple):
     """False during warm-up, while the baseline fills, and for non-finite values."""
     anomalous: bool
     threshold: float | None
-    """The value at which the rule that fired (or the ratio rule) would fire."""
+    """The value at which the rule that fired (or the ratio rule) would fire; only on an
+    anomalous step, the one a finding reports (the z-score's costs the window's medians)."""
     consecutive: int
     onset_step: int | None
     sustained: bool
@@ -55,16 +56,16 @@ class SpikeDetector(Detector[SpikeConfig]):
         if rule.zscore is not None or by_ratio:
             zscore = self._baseline.robust_zscore(value)
         by_zscore = zscore is not None and rule.zscore_breached(zscore)
-        threshold = self._threshold(ema, prefer_zscore=by_zscore and not by_ratio)
-        self._record(step, value, anomalous=by_ratio or by_zscore)
+        anomalous = by_ratio or by_zscore
+        self._record(step, value, anomalous=anomalous)
         return SpikeReading(
             value=value,
             baseline=ema,
             ratio=self._baseline.ratio(value),
             zscore=zscore,
             judged=True,
-            anomalous=by_ratio or by_zscore,
-            threshold=threshold,
+            anomalous=anomalous,
+            threshold=self._threshold(ema, prefer_zscore=not by_ratio) if anomalous else None,
             consecutive=self._streak.count,
             onset_step=self._streak.onset,
             sustained=self._sustained(rule.consecutive_steps),
@@ -88,7 +89,9 @@ class SpikeDetector(Detector[SpikeConfig]):
             zscore=self._baseline.robust_zscore(value) if anomalous else None,
             judged=True,
             anomalous=anomalous,
-            threshold=self._threshold(median, prefer_zscore=anomalous and not by_ratio),
+            threshold=(
+                self._threshold(median, prefer_zscore=not by_ratio) if anomalous else None
+            ),
             consecutive=self._streak.count,
             onset_step=self._streak.onset,
             sustained=self._sustained(self._rule.consecutive_steps),

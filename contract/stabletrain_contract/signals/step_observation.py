@@ -7,16 +7,17 @@ module: living in the monitor it would make each new signal import its own calle
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import NamedTuple
 
 
-@dataclass(frozen=True, kw_only=True)
-class StepObservation:
+class StepObservation(NamedTuple):
     """What one finished optimizer step looked like, in values all ranks agree on.
 
-    Keyword-only, and the restart/save facts have no defaults: a forgotten
+    Built with keywords, and the restart/save facts have no defaults: a forgotten
     ``steps_since_start`` would read as "just restarted" forever and silence the
-    throughput detector.
+    throughput detector. A tuple: one is built on every step, where a frozen dataclass
+    costs several times more.
     """
 
     step: int
@@ -29,9 +30,9 @@ class StepObservation:
     """Effective LR of param group 0 after directives were applied."""
     tokens_per_second: float | None
     """Throughput of this step; None when the loop does not report token counts."""
-    custom: Mapping[str, float] = field(default_factory=dict)
-    """Named custom signals (validation loss, MoE aux loss, entropy, ...)."""
     checkpoint_in_flight: bool
     """A save ran during this step, so a throughput dip is expected and not a fault."""
     steps_since_start: int
     """Steps since this process (re)started, 0 on the first; those are slow while caches warm."""
+    custom: Mapping[str, float] = MappingProxyType({})
+    """Named custom signals (validation loss, MoE aux loss, entropy, ...)."""

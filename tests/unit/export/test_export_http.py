@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import http.client
 import json
 import math
@@ -214,7 +213,7 @@ def test_the_anomaly_class_series_fall_back_to_zero_when_the_anomaly_ends(
     """The class series are only rewritten when the class changes; an end is a change."""
     snapshot = _feed(exporter, source).snapshot()
     assert snapshot.anomaly_class is not None
-    quiet = dataclasses.replace(snapshot, anomaly_class=None)
+    quiet = snapshot._replace(anomaly_class=None)
     exporter.update(quiet, lr_scale=0.5, applied_generation=source.applied_generation)
     families = fetch_metrics(exporter.url)
     assert _value(families, "stabletrain_anomaly_class", **{"class": "BadBatch"}) == 0
@@ -232,7 +231,7 @@ def test_a_scrape_shows_what_fired_between_scrapes_and_the_newest_custom_values(
     snapshot = _feed(exporter, source).snapshot()
     assert snapshot.findings
     assert snapshot.custom
-    quiet = dataclasses.replace(snapshot, step=314, findings=(), custom={}, anomaly_class=None)
+    quiet = snapshot._replace(step=314, findings=(), custom={}, anomaly_class=None)
     exporter.update(quiet, lr_scale=0.5, applied_generation=source.applied_generation)
     families = fetch_metrics(exporter.url)
     assert _value(families, "stabletrain_step") == 314

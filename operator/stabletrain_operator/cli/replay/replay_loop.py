@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from stabletrain_contract.channel import Heartbeat, ThreadPlace
@@ -293,7 +293,7 @@ def _observations(
     tripping = tuple(f for f in verdict.tripping if new(f))
     if tripping:
         report = build_trip_report(
-            replace(verdict, findings=live, tripping=tripping),
+            verdict._replace(findings=live, tripping=tripping),
             attempt=attempt,
             node=REPLAY_NODE,
             last_good_step=last_good_step,
