@@ -26,6 +26,9 @@ class FakeClock:
     def __call__(self) -> datetime:
         return self.now
 
+    def stamp(self) -> float:
+        return self.now.timestamp()
+
 
 def _blocking_in(module: str, release: threading.Event) -> Callable[[], None]:
     """A function whose frame belongs to `module` and that blocks until `release` is set."""
@@ -64,7 +67,7 @@ def _training_thread(
 
 def test_a_rank_blocked_in_its_own_code_reports_its_last_step_and_where_it_waits() -> None:
     fake = FakeClock()
-    clock = HeartbeatClock(rank=1, clock=fake)
+    clock = HeartbeatClock(rank=1, clock=fake, stamp=fake.stamp)
     release = threading.Event()
     steps = [(41, 0.5), (42, 2.0), (43, 0.5)]
     with _training_thread(clock, steps, fake, _blocking_in("faults", release)):
@@ -85,7 +88,7 @@ def test_a_rank_waiting_inside_torch_and_one_saving_a_checkpoint_are_told_apart(
         ("stabletrain_agent.checkpoint.manager", ThreadPlace.CHECKPOINT),
     ):
         fake = FakeClock()
-        clock = HeartbeatClock(rank=0, clock=fake)
+        clock = HeartbeatClock(rank=0, clock=fake, stamp=fake.stamp)
         release = threading.Event()
         with _training_thread(clock, [(7, 1.0)], fake, _blocking_in(module, release)):
             beat = clock.read()
@@ -95,7 +98,7 @@ def test_a_rank_waiting_inside_torch_and_one_saving_a_checkpoint_are_told_apart(
 
 def test_before_the_first_step_and_after_the_thread_ended() -> None:
     fake = FakeClock()
-    clock = HeartbeatClock(rank=0, clock=fake)
+    clock = HeartbeatClock(rank=0, clock=fake, stamp=fake.stamp)
     starting = clock.read()
     assert (starting.steps_completed, starting.last_step, starting.in_step) == (0, None, False)
     assert starting.started_at == T0
@@ -109,7 +112,7 @@ def test_before_the_first_step_and_after_the_thread_ended() -> None:
 def test_training_since_is_the_agents_start_until_the_restore_reports_its_end() -> None:
     """The operator's start-up stall bound counts from here: never through a restore."""
     fake = FakeClock()
-    clock = HeartbeatClock(rank=0, clock=fake)
+    clock = HeartbeatClock(rank=0, clock=fake, stamp=fake.stamp)
     assert clock.read().training_since == T0, "nothing restored: training began at the start"
     clock.began_training(T0 + timedelta(seconds=42))
     assert clock.read().training_since == T0 + timedelta(seconds=42)

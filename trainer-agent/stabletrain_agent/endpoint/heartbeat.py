@@ -1,11 +1,11 @@
 """The serving rank's heartbeat: what it last finished, when, and where it is now.
 
-The training thread only stamps the end of each step (`completed`, a few assignments under
-a lock). Everything else happens in the exporter's HTTP thread when the operator asks
-(`read`): it looks at the training thread's Python stack, so a rank blocked in a gloo or
-NCCL collective (which releases the GIL) still answers and says where it waits, and the
-rank that stopped first is told apart by being somewhere else (its own code, a data
-loader, a sleep). Torch-free: the stack is classified by module name.
+The training thread only stamps the end of each step (`completed`: a float and a few
+assignments under a lock). Everything else happens in the exporter's HTTP thread when the
+operator asks (`read`): it looks at the training thread's Python stack, so a rank blocked
+in a gloo or NCCL collective (which releases the GIL) still answers and says where it
+waits, and the rank that stopped first is told apart by being somewhere else (its own
+code, a data loader, a sleep). Torch-free: the stack is classified by module name.
 """
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ from __future__ import annotations
 import itertools
 import sys
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from types import FrameType
 
 from stabletrain_contract.channel import FRAME_MAX, Heartbeat, ThreadPlace
@@ -75,23 +76,31 @@ class HeartbeatClock:
     """Stamped by the training thread at each completed step, read by the HTTP thread."""
 
     def __init__(
-        self, *, rank: int, clock: Callable[[], datetime], thread: int | None = None
+        self,
+        *,
+        rank: int,
+        clock: Callable[[], datetime],
+        stamp: Callable[[], float] = time.time,
+        thread: int | None = None,
     ) -> None:
+        """`clock` tells the start; `stamp` (seconds since the epoch) each step's end: a
+        float read is a fraction of building a datetime, which inside a framework's fit cost
+        the training thread ~10 us a step. The datetimes are made when read."""
         self._rank = rank
-        self._clock = clock
         self._started_at = clock()
+        self._stamp = stamp
         self._training_since = self._started_at
         self._thread = thread if thread is not None else threading.get_ident()
         self._lock = threading.Lock()
         self._completed = 0
         self._last_step: int | None = None
-        self._last_at: datetime | None = None
-        self._stamps: deque[datetime] = deque(maxlen=RECENT_STEPS + 1)
+        self._last_at: float | None = None
+        self._stamps: deque[float] = deque(maxlen=RECENT_STEPS + 1)
         """When the recent steps completed; their gaps are worked out when read."""
 
     def completed(self, step: int) -> None:
         """The calling (training) thread finished `step`; it is the thread watched from now."""
-        now = self._clock()
+        now = self._stamp()
         with self._lock:
             self._stamps.append(now)
             self._thread = threading.get_ident()
@@ -111,7 +120,7 @@ class HeartbeatClock:
             stamps = tuple(self._stamps)
             thread = self._thread
             training_since = self._training_since
-        gaps = [max((b - a).total_seconds(), 0.0) for a, b in itertools.pairwise(stamps)]
+        gaps = [max(b - a, 0.0) for a, b in itertools.pairwise(stamps)]
         slowest = max(gaps) if gaps else None
         place, frame = classify(sys._current_frames().get(thread))
         return Heartbeat(
@@ -120,7 +129,7 @@ class HeartbeatClock:
             training_since=training_since,
             steps_completed=completed,
             last_step=last_step,
-            last_step_at=last_at,
+            last_step_at=None if last_at is None else datetime.fromtimestamp(last_at, UTC),
             slowest_step_seconds=slowest,
             in_step=completed > 0 and place is not ThreadPlace.GONE,
             place=place,
