@@ -36,11 +36,16 @@ from kubernetes import client, watch
 
 from stabletrain_agent.endpoint.http_server import REQUEST_TIMEOUT_SECONDS
 from stabletrain_contract.channel import (
+    DIRECTIVES_HTTP_PATH,
+    OUTCOME_STATUS,
     STATUS_HTTP_PATH,
     AgentStatus,
+    DirectiveAck,
     Heartbeat,
+    LiveOutcome,
     ThreadPlace,
 )
+from stabletrain_contract.directives import parse_directives
 from stabletrain_contract.names import AnomalyClass
 from stabletrain_contract.supervisor import (
     START_HTTP_PATH,
@@ -89,6 +94,9 @@ class SimulatedPod:
     starts: int = 1
     started_at: float = 0.0
     """time.monotonic() when the current attempt's processes started."""
+    generation: int = 1
+    """The directives' generation the pod runs with: its start order's, then the newest
+    live directive it took (the pod's own directives file is not read here)."""
 
     def report(self, *, answered: bool) -> SupervisorReport:
         ended = self.process is not ProcessState.RUNNING
@@ -125,7 +133,7 @@ def agent_status(pod: SimulatedPod, at: datetime) -> bytes:
             node_rank=pod.rank,
             updated_at=at,
             lr_scale=1.0,
-            applied_generation=1,
+            applied_generation=pod.generation,
             supervisor=pod.report(answered=False),
         )
         return own.model_dump_json().encode()
@@ -152,11 +160,26 @@ def agent_status(pod: SimulatedPod, at: datetime) -> bytes:
         grad_norm_baseline=0.5,
         lr_scale=1.0,
         tokens_per_second=1000.0,
-        applied_generation=1,
+        applied_generation=pod.generation,
         heartbeat=beat,
         supervisor=pod.report(answered=True) if pod.supervised else None,
     )
     return status.model_dump_json().encode()
+
+
+def live_directive(pod: SimulatedPod, body: bytes) -> tuple[str, bytes]:
+    """The agent's judgement of a live directive by attempt and generation (the HTTP status
+    line and the DirectiveAck): newer ones are taken, older ones answered as applied."""
+    incoming = parse_directives(body)
+    if incoming.attempt != pod.attempt:
+        outcome = LiveOutcome.WRONG_ATTEMPT
+    elif incoming.generation <= pod.generation:
+        outcome = LiveOutcome.ALREADY_APPLIED
+    else:
+        outcome, pod.generation = LiveOutcome.APPLIED, incoming.generation
+    status = OUTCOME_STATUS[outcome]
+    ack = DirectiveAck(outcome=outcome, applied_generation=pod.generation)
+    return f"{status.value} {status.phrase}", ack.model_dump_json().encode()
 
 
 def trip_message(pod: SimulatedPod, at: datetime) -> str:
@@ -349,6 +372,8 @@ class ScaleSimulator:
                     self.counts.answered += 1
                 elif request.startswith(b"PUT ") and path in (START_HTTP_PATH, STOP_HTTP_PATH):
                     body, code = await self._order(pod, path, sent), "200 OK"
+                elif request.startswith(b"PUT ") and path == DIRECTIVES_HTTP_PATH:
+                    code, body = live_directive(pod, sent)
                 else:
                     body, code = b'{"error": "not simulated"}', "404 Not Found"
                 head = (
@@ -377,6 +402,7 @@ class ScaleSimulator:
                 pod.process, pod.message, pod.ended = ProcessState.RUNNING, "", None
                 pod.started, pod.started_at = datetime.now(UTC), time.monotonic()
                 pod.starts += 1
+                pod.generation = order.directives.generation
                 await asyncio.to_thread(self._patch_status, pod.name, _ready_status(pod, True))
         ack = OrderAck(accepted=True, report=pod.report(answered=False))
         return ack.model_dump_json().encode()
