@@ -67,9 +67,9 @@ class SkipList:
         return frozenset(named)
 
 
-@dataclass(frozen=True)
-class BatchLineage:
-    """What one batch of this rank was made of: ids, never contents."""
+class BatchLineage(NamedTuple):
+    """What one batch of this rank was made of: ids, never contents (a tuple: one per
+    batch)."""
 
     batch_index: int
     """Global batch index (counts skipped batches, so it lines up across rollbacks)."""
@@ -95,7 +95,8 @@ def next_global_batch(
     indices of every later batch stay the same across rollbacks that grow the skip-list.
     """
     if not skip.batches:  # the usual case: only shards skipped everywhere, no batch ranges
-        layout.check_skippable(skip.shard_ids)
+        if skip.shard_ids:  # (every shard skipped would loop forever in take)
+            layout.check_skippable(skip.shard_ids)
         ranges, position = layout.take(position, global_size, skip.shard_ids)
         return GlobalBatch(batch_index, ranges, position, batch_index + 1)
     while True:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 
 @dataclass(frozen=True)
@@ -21,9 +22,9 @@ class Shard:
     num_samples: int
 
 
-@dataclass(frozen=True)
-class SampleRange:
-    """Samples ``start`` (inclusive) to ``stop`` (exclusive) of one shard."""
+class SampleRange(NamedTuple):
+    """Samples ``start`` (inclusive) to ``stop`` (exclusive) of one shard (a tuple: every
+    batch makes one or more)."""
 
     shard_id: str
     start: int
