@@ -89,9 +89,7 @@ class SpikeDetector(Detector[SpikeConfig]):
             zscore=self._baseline.robust_zscore(value) if anomalous else None,
             judged=True,
             anomalous=anomalous,
-            threshold=(
-                self._threshold(median, prefer_zscore=not by_ratio) if anomalous else None
-            ),
+            threshold=(self._threshold(median, prefer_zscore=not by_ratio) if anomalous else None),
             consecutive=self._streak.count,
             onset_step=self._streak.onset,
             sustained=self._sustained(self._rule.consecutive_steps),
