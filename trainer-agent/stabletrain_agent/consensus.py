@@ -42,8 +42,10 @@ def agree(
     saving: bool,
     custom: Mapping[str, torch.Tensor | float],
     group: dist.ProcessGroup | None,
+    distributed: bool,
 ) -> Agreed:
-    """Pack, all-reduce (when distributed) and read back: one collective, one sync.
+    """Pack, all-reduce (when `distributed`: the caller's process group was up when it was
+    made) and read back: one collective, one sync.
 
     ``custom`` must have the same keys on every rank (the vector's layout depends on them).
     """
@@ -55,7 +57,7 @@ def agree(
     scalars += [_as_tensor(custom[name], device) for name in names]
     host_values = [step_seconds, float(tokens), float(has_newer_directives), float(saving)]
     world = 1
-    if dist.is_available() and dist.is_initialized():
+    if distributed:
         host = torch.tensor(host_values, dtype=torch.float64)
         if device.type == "cuda":
             # A pageable host-to-device copy waits for the stream: pinned memory does not.

@@ -234,8 +234,10 @@ class Guard:
         self._awaiting_pfs = False
         """The last scan listed a local copy not complete on the PFS yet."""
         self._group = process_group
-        distributed = dist.is_available() and dist.is_initialized()
-        self.rank = dist.get_rank(process_group) if distributed else 0
+        self._distributed = dist.is_available() and dist.is_initialized()
+        """Every step reduces across the group when the guard was made inside one (the
+        question costs the step ~5 us inside a framework's fit, asked each time)."""
+        self.rank = dist.get_rank(process_group) if self._distributed else 0
         self.lr = LrScale()
         self.lineage = LineageRing(lineage_window)
         self.global_step = 0
@@ -298,7 +300,6 @@ class Guard:
         self, *, warmup_steps: int | None = None, checkpoint_interval_steps: int | None = None
     ) -> PreflightFacts:
         """The run's stability facts from the parts this guard holds (nothing is changed)."""
-        distributed = dist.is_available() and dist.is_initialized()
         return gather_facts(
             self.model,
             self.optimizer,
@@ -308,7 +309,7 @@ class Guard:
             data=self.data,
             warmup_steps=warmup_steps,
             checkpoint_interval_steps=checkpoint_interval_steps,
-            world_size=dist.get_world_size(self._group) if distributed else 1,
+            world_size=dist.get_world_size(self._group) if self._distributed else 1,
         )
 
     def observe(self, name: str, value: torch.Tensor | float) -> None:
@@ -429,6 +430,7 @@ class Guard:
             saving=self._saving() if self._saving else False,
             custom=custom,
             group=self._group,
+            distributed=self._distributed,
         )
         factor = self.lr.factor(step)
         observation = self._observation(step, agreed, factor, tokens is not None)
