@@ -95,8 +95,7 @@ def next_global_batch(
     indices of every later batch stay the same across rollbacks that grow the skip-list.
     """
     if not skip.batches:  # the usual case: only shards skipped everywhere, no batch ranges
-        if skip.shard_ids:  # (every shard skipped would loop forever in take)
-            layout.check_skippable(skip.shard_ids)
+        layout.check_skippable(skip.shard_ids)
         ranges, position = layout.take(position, global_size, skip.shard_ids)
         return GlobalBatch(batch_index, ranges, position, batch_index + 1)
     while True:

@@ -66,8 +66,9 @@ class ShardLayout:
             raise ValueError(f"skip-list names shards the dataset does not have: {unknown}")
 
     def check_skippable(self, skipped_shards: Collection[str]) -> None:
-        """Reject skipping every shard at once: nothing would be left to train on."""
-        if all(shard.shard_id in skipped_shards for shard in self.shards):
+        """Reject skipping every shard at once: nothing would be left to train on (and
+        `take` would never return). Runs per batch: no skipped shard costs no pass."""
+        if skipped_shards and all(shard.shard_id in skipped_shards for shard in self.shards):
             raise ValueError("the skip-list names every shard; nothing is left to train on")
 
     def take(
