@@ -235,8 +235,10 @@ class Guard:
         """The last scan listed a local copy not complete on the PFS yet."""
         self._group = process_group
         self._distributed = dist.is_available() and dist.is_initialized()
-        """Every step reduces across the group when the guard was made inside one (the
-        question costs the step ~5 us inside a framework's fit, asked each time)."""
+        """Whether the step's reduction and the collectives that follow it (adopting the
+        newest directives, the suspect shards of a trip) run across the group: settled
+        when the guard is made, as its rank is, so they all go by one answer (asking
+        torch each step also cost ~5 us inside a framework's fit)."""
         self.rank = dist.get_rank(process_group) if self._distributed else 0
         self.lr = LrScale()
         self.lineage = LineageRing(lineage_window)
@@ -635,7 +637,7 @@ class Guard:
     def _adopt_newest(self, mine: Directives | None) -> None:
         """The rare step when some rank holds newer directives: all adopt the newest."""
         candidates: list[str | None] = [mine.to_json() if mine else None]
-        if dist.is_available() and dist.is_initialized():
+        if self._distributed:
             candidates = [None] * dist.get_world_size(self._group)
             dist.all_gather_object(candidates, mine.to_json() if mine else None, self._group)
         known = [parse_directives(c) for c in candidates if c is not None]
@@ -740,7 +742,7 @@ class Guard:
         """Every rank read other shards; all ranks are here at the same step, so gather."""
         mine = suspect_shards(self.lineage.window(), onset_step)
         gathered: list[list[tuple[int, str]] | None] = [mine]
-        if dist.is_available() and dist.is_initialized():
+        if self._distributed:
             gathered = [None] * dist.get_world_size(self._group)
             dist.all_gather_object(gathered, mine, self._group)
         closest: dict[str, int] = {}
