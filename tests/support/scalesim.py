@@ -44,8 +44,9 @@ from stabletrain_contract.channel import (
     Heartbeat,
     LiveOutcome,
     ThreadPlace,
+    judge_live_directive,
 )
-from stabletrain_contract.directives import parse_directives
+from stabletrain_contract.directives import Directives, parse_directives
 from stabletrain_contract.names import AnomalyClass
 from stabletrain_contract.supervisor import (
     START_HTTP_PATH,
@@ -82,6 +83,11 @@ class SimulatedPod:
     ip: str
     port: int
     started: datetime
+    directives: Directives
+    """What the pod runs with: its start order's, then the newest live directive it took.
+    Its own directives file is not read here: it starts with its attempt's generation 1
+    (what a fresh job's pods hold; a recreated pod of a later attempt would refuse a live
+    directive's resume step, so only in-place attempts take every one)."""
     server: asyncio.Server | None = None
     connections: set[asyncio.StreamWriter] = field(default_factory=set)
     """Open keep-alive connections: closing the server alone would leave them answering."""
@@ -94,9 +100,6 @@ class SimulatedPod:
     starts: int = 1
     started_at: float = 0.0
     """time.monotonic() when the current attempt's processes started."""
-    generation: int = 1
-    """The directives' generation the pod runs with: its start order's, then the newest
-    live directive it took (the pod's own directives file is not read here)."""
 
     def report(self, *, answered: bool) -> SupervisorReport:
         ended = self.process is not ProcessState.RUNNING
@@ -133,7 +136,7 @@ def agent_status(pod: SimulatedPod, at: datetime) -> bytes:
             node_rank=pod.rank,
             updated_at=at,
             lr_scale=1.0,
-            applied_generation=pod.generation,
+            applied_generation=pod.directives.generation,
             supervisor=pod.report(answered=False),
         )
         return own.model_dump_json().encode()
@@ -160,7 +163,7 @@ def agent_status(pod: SimulatedPod, at: datetime) -> bytes:
         grad_norm_baseline=0.5,
         lr_scale=1.0,
         tokens_per_second=1000.0,
-        applied_generation=pod.generation,
+        applied_generation=pod.directives.generation,
         heartbeat=beat,
         supervisor=pod.report(answered=True) if pod.supervised else None,
     )
@@ -168,17 +171,14 @@ def agent_status(pod: SimulatedPod, at: datetime) -> bytes:
 
 
 def live_directive(pod: SimulatedPod, body: bytes) -> tuple[str, bytes]:
-    """The agent's judgement of a live directive by attempt and generation (the HTTP status
-    line and the DirectiveAck): newer ones are taken, older ones answered as applied."""
+    """The agent's answer to a live directive (the HTTP status line and the DirectiveAck),
+    judged by the contract's own rule."""
     incoming = parse_directives(body)
-    if incoming.attempt != pod.attempt:
-        outcome = LiveOutcome.WRONG_ATTEMPT
-    elif incoming.generation <= pod.generation:
-        outcome = LiveOutcome.ALREADY_APPLIED
-    else:
-        outcome, pod.generation = LiveOutcome.APPLIED, incoming.generation
+    outcome = judge_live_directive(pod.directives, incoming)
+    if outcome is LiveOutcome.APPLIED:
+        pod.directives = incoming
     status = OUTCOME_STATUS[outcome]
-    ack = DirectiveAck(outcome=outcome, applied_generation=pod.generation)
+    ack = DirectiveAck(outcome=outcome, applied_generation=pod.directives.generation)
     return f"{status.value} {status.phrase}", ack.model_dump_json().encode()
 
 
@@ -313,14 +313,16 @@ class ScaleSimulator:
         metadata, spec = pod["metadata"], pod["spec"]
         labels = metadata.get("labels") or {}
         port = _agent_port(spec)
+        attempt = int(labels[naming.ATTEMPT_LABEL])
         simulated = SimulatedPod(
             name=metadata["name"],
-            attempt=int(labels[naming.ATTEMPT_LABEL]),
+            attempt=attempt,
             rank=int(labels[naming.RANK_LABEL]),
             node=spec["nodeName"],
             ip=str(next(self._addresses)),
             port=port,
             started=datetime.now(UTC),
+            directives=Directives(generation=1, attempt=attempt),
             supervised=labels.get(naming.RESTART_LABEL) == naming.IN_PLACE,
             started_at=time.monotonic(),
         )
@@ -402,7 +404,7 @@ class ScaleSimulator:
                 pod.process, pod.message, pod.ended = ProcessState.RUNNING, "", None
                 pod.started, pod.started_at = datetime.now(UTC), time.monotonic()
                 pod.starts += 1
-                pod.generation = order.directives.generation
+                pod.directives = order.directives
                 await asyncio.to_thread(self._patch_status, pod.name, _ready_status(pod, True))
         ack = OrderAck(accepted=True, report=pod.report(answered=False))
         return ack.model_dump_json().encode()
