@@ -593,13 +593,18 @@ def remediate(
                      ", ".join(verdict.jobs), verdict.incidents, verdict.last_reason)  # fmt: skip
 
 
-NODE_PATCH_ATTEMPTS = 3
-"""Reads and patches of one node while other controllers keep changing its taints."""
+NODE_PATCH_ATTEMPTS = 5
+"""Reads and patches of one node while others write it: the fence is the node's whole
+resourceVersion, which its kubelet's status and the node lifecycle's taints also move."""
+
+NODE_PATCH_PAUSE_SECONDS = 0.1
+"""The pause after the first 409, doubled after each one (0.1 + 0.2 + 0.4 + 0.8 s in all):
+a node that just registered or turned Ready takes several writes in a burst."""
 
 
 def _patch_node(kube: Kube, verdict: NodeVerdict, action: NodeAction) -> bool:
-    """Read the node's taints and patch it at that version; a 409 (its taints changed in
-    between) means read again. False when the node is gone or already tainted."""
+    """Read the node's taints and patch it at that version; a 409 (the node changed in
+    between) means pause and read again. False when the node is gone or already tainted."""
     for attempt in range(1, NODE_PATCH_ATTEMPTS + 1):
         read = kube.node_taints(verdict.node)
         if read is None:
@@ -613,6 +618,7 @@ def _patch_node(kube: Kube, verdict: NodeVerdict, action: NodeAction) -> bool:
         except ApiError as error:
             if error.status != HTTPStatus.CONFLICT or attempt == NODE_PATCH_ATTEMPTS:
                 raise
+        time.sleep(NODE_PATCH_PAUSE_SECONDS * 2 ** (attempt - 1))
     raise AssertionError("unreachable: the last attempt returns or raises")
 
 

@@ -79,33 +79,41 @@ def test_ready_nodes_are_listed_and_a_node_two_jobs_lost_is_tainted_once_with_th
 
 
 class RacedKube(Kube):
-    """The real client; another controller taints the node right after the first read."""
+    """The real client; other writers change the node right after each of its first reads:
+    another controller taints it, then its kubelet's status and the node lifecycle move its
+    resourceVersion again, as on a node that just registered."""
 
-    raced = False
+    races = 1
+    raced = 0
     other: Any = None
     """Another controller's client (CoreV1Api)."""
 
     def node_taints(self, name: str) -> tuple[list[Any], str] | None:
         read = super().node_taints(name)
-        if not self.raced:
-            self.raced = True
+        if self.raced < self.races:
+            self.raced += 1
             core = self.other
-            node = core.read_node(name)
-            others = [*(node.spec.taints or []), {"key": "repair", "effect": "NoSchedule"}]
-            core.patch_node(name, {"spec": {"taints": others}})
+            if self.raced == 1:
+                node = core.read_node(name)
+                others = [*(node.spec.taints or []), {"key": "repair", "effect": "NoSchedule"}]
+                core.patch_node(name, {"spec": {"taints": others}})
+            else:
+                core.patch_node(name, {"metadata": {"annotations": {"busy": str(self.raced)}}})
         return read
 
 
 def test_a_taint_added_between_the_read_and_the_patch_is_kept(
     api_client: client.ApiClient, operator_api: ApiServer, local_cluster: LocalCluster
 ) -> None:
-    """The taint list is replaced whole: at the version it was read, else read again (409)."""
+    """The taint list is replaced whole: at the version it was read, else read again (409),
+    also when the node changes again under the second attempt."""
     kube = RacedKube(operator_api)
     kube.other = client.CoreV1Api(api_client)
+    kube.races = 2
     votes = NodeVotes()
     rule = NodeRemediation(NodeAction.TAINT, 1, jobs=1)
     remediate(kube, rule, votes, votes.record("ml/race", _lost(1)), NOW)
-    assert kube.raced
+    assert kube.raced == 2
     core: Any = client.CoreV1Api(api_client)
     keys = [t.key for t in core.read_node("node-b").spec.taints or []]
     assert "repair" in keys, keys

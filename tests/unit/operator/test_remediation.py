@@ -5,10 +5,15 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime, timedelta
+from http import HTTPStatus
+from typing import Any, cast
 
 import pytest
 
+from stabletrain_operator import reconcile
 from stabletrain_operator.api.status import SuspectNode
+from stabletrain_operator.apiserver import ApiError
+from stabletrain_operator.kube import Kube
 from stabletrain_operator.remediation import (
     REASON_ANNOTATION,
     TAINT_KEY,
@@ -93,3 +98,48 @@ def test_the_taint_value_is_a_valid_label_value_whatever_the_jobs_are_called() -
     assert cordon["spec"] == {"unschedulable": True}
     assert tainted(patch["spec"]["taints"])
     assert not tainted([other])
+
+
+class ConflictedNode:
+    """A node other writers change between each read and patch, `conflicts` times (the
+    kubelet's status, the node lifecycle's taints); it counts reads and patches."""
+
+    def __init__(self, conflicts: int) -> None:
+        self.conflicts = conflicts
+        self.reads = 0
+        self.patched: list[dict[str, Any]] = []
+
+    def node_taints(self, name: str) -> tuple[list[dict[str, Any]], str]:
+        self.reads += 1
+        return [], str(self.reads)
+
+    def patch_node(self, name: str, patch: dict[str, Any]) -> None:
+        if self.reads <= self.conflicts:
+            raise ApiError(HTTPStatus.CONFLICT, "Conflict", "the object has been modified")
+        self.patched.append(patch)
+
+
+def test_a_node_patch_reads_again_after_each_conflict_with_a_growing_pause(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pauses: list[float] = []
+    monkeypatch.setattr(reconcile.time, "sleep", pauses.append)
+    node = ConflictedNode(conflicts=reconcile.NODE_PATCH_ATTEMPTS - 1)
+    verdict = NodeVerdict("b", ("a/one",), 1, "pod was lost")
+    assert reconcile._patch_node(cast(Kube, node), verdict, NodeAction.TAINT)
+    assert node.reads == reconcile.NODE_PATCH_ATTEMPTS
+    assert [p["metadata"]["resourceVersion"] for p in node.patched] == [str(node.reads)]
+    assert pauses == sorted(pauses)
+    assert len(set(pauses)) == len(pauses) == node.reads - 1
+
+
+def test_a_node_that_keeps_changing_is_left_alone_after_the_last_attempt(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(reconcile.time, "sleep", lambda _: None)
+    node = ConflictedNode(conflicts=reconcile.NODE_PATCH_ATTEMPTS)
+    verdict = NodeVerdict("b", ("a/one",), 1, "pod was lost")
+    with pytest.raises(ApiError, match="409"):
+        reconcile._patch_node(cast(Kube, node), verdict, NodeAction.TAINT)
+    assert node.reads == reconcile.NODE_PATCH_ATTEMPTS
+    assert not node.patched
