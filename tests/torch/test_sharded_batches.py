@@ -158,16 +158,39 @@ def test_bad_ranges_shards_and_cursors_are_rejected() -> None:
         make(RecordingShards()).load_state_dict({"position": -1, "batch_index": 0})
 
 
-def test_a_range_limited_to_some_shards_skips_only_their_samples_there() -> None:
+def test_a_range_limited_to_some_shards_skips_their_samples_there_and_in_every_later_pass() -> None:
+    """The window of batches 4-5 meets shard b at its third sample: b's first two samples
+    were read before it and stay in the data; the five it passed over never come back,
+    not in a later epoch (other batch indices) and not after a resume from the cursor."""
     storage = RecordingShards()
-    batches = make(storage, skip=SkipList(batches=(BatchSkip(3, 6, frozenset({"b"})),)))
+    batches = make(storage, skip=SkipList(batches=(BatchSkip(4, 6, frozenset({"b"})),)))
     got = take(batches, 20)
-    reference = take(make(RecordingShards()), 3)
-    assert got[:3] == reference[:3]
-    during = [s for b in got[3:6] for s in b]
-    assert all(shard != "b" for shard, _ in during)
-    assert any(shard == "b" for b in got[6:] for shard, _ in b)
-    assert {shard for shard, _ in storage.fetched} == {"a", "b", "c", "d"}
+    reference = take(make(RecordingShards()), 4)
+    assert got[:4] == reference[:4]
+    assert reference[3] == [("a", 9), ("b", 0), ("b", 1)]
+    assert all(shard != "b" for b in got[4:6] for shard, _ in b)
+    later = [sample for b in got[6:] for sample in b]
+    assert len(later) > 34, "more than a whole epoch after the window"
+    assert {i for shard, i in later if shard == "b"} == {0, 1}
+    assert {(shard, i) for shard, i in later if shard != "b"} >= {
+        (s.shard_id, i) for s in SHARDS if s.shard_id != "b" for i in range(s.num_samples)
+    }
+    resumed_storage = RecordingShards()
+    resumed = make(resumed_storage)
+    resumed.load_state_dict(batches.state_dict())
+    take(resumed, 30)
+    assert {i for shard, i in resumed_storage.fetched if shard == "b"} == {0, 1}
+
+
+def test_samples_skipped_for_good_that_leave_nothing_to_read_are_an_error() -> None:
+    batches = make(RecordingShards())
+    state = batches.state_dict()
+    state["skipped_samples"] = [[s.shard_id, 0, s.num_samples] for s in SHARDS]
+    batches.load_state_dict(state)
+    with pytest.raises(ValueError, match="leave nothing to train on"):
+        next(batches)
+    with pytest.raises(ValueError, match=r"\[shard id, start, stop\].*\['b', 3, 3\]"):
+        batches.load_state_dict({**state, "skipped_samples": [["b", 3, 3]]})
 
 
 def test_step_ranges_of_the_directives_become_the_batches_those_steps_consumed() -> None:
@@ -203,6 +226,7 @@ def test_a_range_to_the_run_end_keeps_its_shards_out_of_every_later_pass() -> No
     batches = make(storage, skip=skip)
     batches.load_state_dict({"position": 15, "batch_index": 5})
     read = [sample for b in take(batches, 40) for sample in b]
-    assert len(read) == 120, "over four passes over the 27 samples of a, c and d"
+    assert len(read) == 120, "over eight passes over the 15 samples of a and d"
     assert "b" not in {shard for shard, _ in storage.fetched}
-    assert {shard for shard, _ in storage.fetched} == {"a", "c", "d"}
+    # Steps 6-7 met c at its first sample, so the range passed over all of it: out for good.
+    assert {shard for shard, _ in storage.fetched} == {"a", "d"}

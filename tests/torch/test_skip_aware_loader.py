@@ -146,6 +146,32 @@ def test_rollback_resumes_at_the_checkpoint_and_never_reads_the_skipped_data(
     assert read >= {i for batch in resumed for i in batch}
 
 
+@pytest.mark.parametrize(("loader_class", "workers"), LOADERS)
+def test_a_suspect_shard_passed_over_stays_unread_in_later_epochs_and_after_a_restore(
+    tmp_path: Path, loader_class: Callable[..., Any], workers: int
+) -> None:
+    """Step 4's range names shard s02 (samples 24-35): it comes back every 18 steps at
+    other batch indices, and neither this loader nor one restored from its cursor reads it."""
+    suspect = set(range(2 * SHARD_SAMPLES, 3 * SHARD_SAMPLES))
+    dataset = LoggedIndices(tmp_path / "reads")
+    loader = make(dataset, loader_class, workers)
+    skip = [SkipRange(first=4, last=4, unit=SkipUnit.STEP, shard_ids=("s02",))]
+    loader.set_skip(skip_list_from_directives(skip, resume_step=0, next_batch_index=0))
+    trained = train(loader, 12)
+    saved = loader.state_dict()
+    trained += train(loader, 30)  # past two more passes over the data
+    assert not dataset.reads() & suspect
+    shards_trained = {i // SHARD_SAMPLES for batch in trained for i in batch}
+    assert shards_trained == set(range(len(SHARDS))) - {2}, "every other shard is trained"
+
+    restored_reads = LoggedIndices(tmp_path / "reads-restored")
+    restored = make(restored_reads, loader_class, workers)  # no skip-list of its own
+    restored.load_state_dict(saved)
+    train(restored, 40)
+    assert restored_reads.reads()
+    assert not restored_reads.reads() & suspect
+
+
 def test_a_shard_skipped_everywhere_is_never_read(tmp_path: Path) -> None:
     dataset = LoggedIndices(tmp_path / "reads")
     loader = make(dataset, DataLoader, 0)

@@ -325,8 +325,10 @@ class SkipData(StrEnum):
 
     SUSPECT_SHARDS = "SuspectShards"
     """The shards the trip report's lineage names (read from shortly before the onset to
-    the trip), passed over for the data of the skip window; the whole step window only
-    when the lineage is missing or was cut, and on escalation."""
+    the trip), passed over for the data of the skip window, and what was passed over of
+    them stays skipped in every later pass over the data (the same samples come back each
+    epoch); the whole step window only when the lineage is missing or was cut, and on
+    escalation."""
     STEP_RANGE = "StepRange"
     """Every batch of the skip window, whatever shard it came from (PaLM's "skip 200-500
     batches"): for loops without lineage, or data whose shards mix sources."""
@@ -349,7 +351,8 @@ class RollbackParams(ApiModel):
     the 200-500 batches PaLM skipped."""
     skip_data: SkipData = SkipData.SUSPECT_SHARDS
     """SuspectShards (default) skips only the suspect shards' data inside the skip window,
-    so clean data read next to them is kept; StepRange skips the whole window. Each
+    so clean data read next to them is kept, and keeps what it passed over of them out of
+    every later pass over the data; StepRange skips the whole window. Each
     escalation level skips the whole window, twice as wide per level."""
     rewarmup_steps: int = Field(default=100, ge=0, le=1_000_000)
     """After resuming, the LR ramps linearly from 0 to the new scale over this many steps."""

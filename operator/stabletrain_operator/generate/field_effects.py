@@ -412,8 +412,11 @@ FIELD_EFFECTS: dict[str, Effect] = {
     ),
     "spec.recovery.rules[].rollback.skipData": _e(
         "policy.arithmetic: the trip report's suspect shards in the skip window, or the whole"
-        " window -> directives skip -> data.ShardedBatches",
+        " window -> directives skip -> data.ShardedBatches (the suspect shards' samples passed"
+        " over stay out of every later pass)",
         ENGINE + "test_default_rollback_skips_only_the_suspect_shards_in_the_window",
+        "tests/torch/test_skip_aware_loader.py::"
+        "test_a_suspect_shard_passed_over_stays_unread_in_later_epochs_and_after_a_restore",
         ENGINE + "test_the_whole_window_is_skipped_without_lineage_or_when_the_policy_asks",
         E2E_POISONED_SHARD + "test_poisoned_shard_heals_with_the_default_policy",
         E2E_ESCALATION + "test_a_recurring_spike_is_rolled_back_harder",
@@ -586,9 +589,10 @@ FIELD_EFFECTS: dict[str, Effect] = {
         + "test_step_ranges_of_the_directives_become_the_batches_those_steps_consumed",
     ),
     "spec.manualRollback.skip[].shardIds": _e(
-        "data.ShardedBatches (the range only in these shards)",
+        "data.ShardedBatches (the range only in these shards; what it passed over of them in"
+        " every later pass too)",
         TORCH_SHARDED_BATCHES
-        + "test_a_range_limited_to_some_shards_skips_only_their_samples_there",
+        + "test_a_range_limited_to_some_shards_skips_their_samples_there_and_in_every_later_pass",
     ),
     "spec.manualRollback.reason": _e(
         "rollbackHistory and the Event",

@@ -3,8 +3,10 @@
 A range decided once is never consumed again by any later attempt, so the list only grows;
 merging overlapping step ranges keeps it short enough to stay inline in status for long.
 A shard suspected by a second rollback is skipped for the rest of the run, not only around
-its onset: a step range covers one pass over the data, and on the next pass the same shard
-tripped again (the long chaos run, shard-0228 at steps 3646 and 8449).
+its onset. A step range covers one pass over the data; the pods keep what it passed over of
+its suspect shards out of every later pass, but the part of the shard read before the
+window is read again, and a shard that trips again has more bad data than the window met
+(the long chaos run, shard-0228 at steps 3646 and 8449, from before that was kept out).
 """
 
 from __future__ import annotations

@@ -14,7 +14,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, NamedTuple, TypeVar
 
-from stabletrain_agent.data.sample_layout import SampleRange, Shard, ShardLayout, slice_ranges
+from stabletrain_agent.data.sample_layout import (
+    NO_SKIPPED_SAMPLES,
+    SampleRange,
+    Shard,
+    ShardLayout,
+    SkippedSamples,
+    slice_ranges,
+)
 
 Chunk = TypeVar("Chunk")
 Batch = TypeVar("Batch")
@@ -76,36 +83,55 @@ class BatchLineage(NamedTuple):
     ranges: tuple[SampleRange, ...]
 
 
+class Cursor(NamedTuple):
+    """A place in the stream (a tuple: one is built per batch)."""
+
+    position: int
+    """Stream position (counts skipped shards' samples too, see sample_layout.py)."""
+    batch_index: int
+    """Global index of the next batch (counts batches skipped whole)."""
+    skipped_samples: SkippedSamples = NO_SKIPPED_SAMPLES
+    """What skip ranges passed over for their suspect shards, skipped in every later pass."""
+
+
 class GlobalBatch(NamedTuple):
     """One global batch taken from the stream, and the cursor right after it (a tuple:
     one is built per batch)."""
 
     batch_index: int
     ranges: list[SampleRange]
-    position: int
-    next_batch_index: int
+    after: Cursor
 
 
 def next_global_batch(
-    layout: ShardLayout, skip: SkipList, position: int, batch_index: int, global_size: int
+    layout: ShardLayout, skip: SkipList, cursor: Cursor, global_size: int
 ) -> GlobalBatch:
-    """The next global batch the skip-list lets through, from the cursor (position, index).
+    """The next global batch the skip-list lets through, from the cursor.
 
     Batches skipped whole still advance the index (without reading a sample), so the
     indices of every later batch stay the same across rollbacks that grow the skip-list.
+    What a range's suspect shards passed over joins the cursor's samples skipped for good
+    (the shards skipped everywhere need no record).
     """
+    position, batch_index, skipped_samples = cursor
     if not skip.batches:  # the usual case: only shards skipped everywhere, no batch ranges
         layout.check_skippable(skip.shard_ids)
-        ranges, position = layout.take(position, global_size, skip.shard_ids)
-        return GlobalBatch(batch_index, ranges, position, batch_index + 1)
+        ranges, position = layout.take(position, global_size, skip.shard_ids, skipped_samples)
+        return GlobalBatch(batch_index, ranges, Cursor(position, batch_index + 1, skipped_samples))
     while True:
         index = batch_index
         skipped_shards = skip.shards_skipped_in(index)
         layout.check_skippable(skipped_shards)
-        ranges, position = layout.take(position, global_size, skipped_shards)
+        passed_over: list[SampleRange] = []
+        ranges, position = layout.take(
+            position, global_size, skipped_shards, skipped_samples, passed_over
+        )
+        skipped_samples = skipped_samples.with_ranges(
+            [r for r in passed_over if r.shard_id not in skip.shard_ids]
+        )
         batch_index += 1
         if not skip.skips_batch(index):
-            return GlobalBatch(index, ranges, position, batch_index)
+            return GlobalBatch(index, ranges, Cursor(position, batch_index, skipped_samples))
 
 
 class ShardedBatches(Generic[Chunk, Batch]):
@@ -139,8 +165,7 @@ class ShardedBatches(Generic[Chunk, Batch]):
         self._world_size = world_size
         self._skip = SkipList()
         self.set_skip(skip or SkipList())
-        self._position = 0
-        self._batch_index = 0
+        self._cursor = Cursor(0, 0)
         self.last_lineage: BatchLineage | None = None
         """The batch the most recent ``next()`` returned; the guard records it."""
         self.read_log: deque[SampleRange] = deque(maxlen=read_log_size)
@@ -159,7 +184,7 @@ class ShardedBatches(Generic[Chunk, Batch]):
 
     @property
     def next_batch_index(self) -> int:
-        return self._batch_index
+        return self._cursor.batch_index
 
     @property
     def shards(self) -> tuple[Shard, ...]:
@@ -171,13 +196,9 @@ class ShardedBatches(Generic[Chunk, Batch]):
 
     def __next__(self) -> Batch:
         taken = next_global_batch(
-            self._layout,
-            self._skip,
-            self._position,
-            self._batch_index,
-            self._batch_size * self._world_size,
+            self._layout, self._skip, self._cursor, self._batch_size * self._world_size
         )
-        self._position, self._batch_index = taken.position, taken.next_batch_index
+        self._cursor = taken.after
         first = self._rank * self._batch_size
         mine = slice_ranges(taken.ranges, first, first + self._batch_size)
         chunks = []
@@ -188,11 +209,25 @@ class ShardedBatches(Generic[Chunk, Batch]):
         return self._combine(chunks)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"position": self._position, "batch_index": self._batch_index}
+        return cursor_state(self._cursor)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        position, batch_index = int(state["position"]), int(state["batch_index"])
-        if position < 0 or batch_index < 0:
-            raise ValueError(f"a data cursor cannot be negative: {state!r}")
-        self._position, self._batch_index = position, batch_index
+        self._cursor = parse_cursor_state(state)
         self.last_lineage = None
+
+
+def cursor_state(cursor: Cursor) -> dict[str, Any]:
+    """A data cursor as the guard checkpoints it (the samples skipped for good only once
+    there are some, so a run that never skipped any keeps the cursor it always had)."""
+    state: dict[str, Any] = {"position": cursor.position, "batch_index": cursor.batch_index}
+    if cursor.skipped_samples:
+        state["skipped_samples"] = cursor.skipped_samples.to_json()
+    return state
+
+
+def parse_cursor_state(state: dict[str, Any]) -> Cursor:
+    """A checkpointed data cursor; one saved before samples were skipped for good has none."""
+    position, batch_index = int(state["position"]), int(state["batch_index"])
+    if position < 0 or batch_index < 0:
+        raise ValueError(f"a data cursor cannot be negative: {state!r}")
+    return Cursor(position, batch_index, SkippedSamples.from_json(state.get("skipped_samples", [])))

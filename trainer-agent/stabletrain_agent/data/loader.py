@@ -34,8 +34,11 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from stabletrain_agent.data.batches import (
     DEFAULT_READ_LOG,
     BatchLineage,
+    Cursor,
     SkipList,
+    cursor_state,
     next_global_batch,
+    parse_cursor_state,
 )
 from stabletrain_agent.data.sample_layout import SampleRange, Shard, ShardLayout, slice_ranges
 
@@ -45,16 +48,9 @@ OWNED_OPTIONS = frozenset({"batch_size", "shuffle", "sampler", "batch_sampler", 
 """Loader options the skip-aware sampler decides; passing one would contradict it."""
 
 
-class Cursor(NamedTuple):
-    """A place in the stream (tuples: one cursor and one _Issued are built per batch)."""
-
-    position: int
-    """Stream position (counts skipped shards' samples too, see sample_layout.py)."""
-    batch_index: int
-    """Global index of the next batch (counts batches skipped whole)."""
-
-
 class _Issued(NamedTuple):
+    """A batch handed out and the cursor right after it (a tuple: one per batch)."""
+
     lineage: BatchLineage
     after: Cursor
 
@@ -102,21 +98,19 @@ class _SkipAwareBatchSampler(Sampler[list[int]]):
         return self._batches(self.generation)
 
     def _batches(self, generation: int) -> Iterator[list[int]]:
-        position, batch_index = self.consumed.position, self.consumed.batch_index
+        cursor = self.consumed
         global_size = self.batch_size * self.world_size
         first = self.rank * self.batch_size
         whole = self.world_size == 1  # this rank's slice is the global batch
         while generation == self.generation:
-            taken = next_global_batch(self.layout, self.skip, position, batch_index, global_size)
-            position, batch_index = taken.position, taken.next_batch_index
+            taken = next_global_batch(self.layout, self.skip, cursor, global_size)
+            cursor = taken.after
             mine = (
                 taken.ranges
                 if whole
                 else slice_ranges(taken.ranges, first, first + self.batch_size)
             )
-            self.issued.append(
-                _Issued(BatchLineage(taken.batch_index, tuple(mine)), Cursor(position, batch_index))
-            )
+            self.issued.append(_Issued(BatchLineage(taken.batch_index, tuple(mine)), cursor))
             self.read_log.extend(mine)
             indices: list[int] = []
             for r in mine:
@@ -235,12 +229,8 @@ class SkipAwareLoader(Generic[Batch]):
         self._sampler.skip = skip
 
     def state_dict(self) -> dict[str, Any]:
-        consumed = self._sampler.consumed
-        return {"position": consumed.position, "batch_index": consumed.batch_index}
+        return cursor_state(self._sampler.consumed)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        position, batch_index = int(state["position"]), int(state["batch_index"])
-        if position < 0 or batch_index < 0:
-            raise ValueError(f"a data cursor cannot be negative: {state!r}")
-        self._sampler.restart(Cursor(position, batch_index))
+        self._sampler.restart(parse_cursor_state(state))
         self.last_lineage = None

@@ -4,12 +4,16 @@ A position is an index into that endless stream, counting the samples of skipped
 too. Counting them keeps a saved cursor meaning the same place after the skip-list
 grows: a rollback that adds a shard to the skip-list must not shift what the cursor
 points at, or the resumed run would silently re-read or drop other data.
+
+The samples a skip range passed over for its suspect shards stay skipped in every later
+pass over the data (`SkippedSamples`): the same samples come back each epoch at other
+batch indices, where the range's batches no longer reach them, and would spike again.
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -33,6 +37,81 @@ class SampleRange(NamedTuple):
     @property
     def size(self) -> int:
         return self.stop - self.start
+
+
+class SkippedSamples:
+    """Samples of suspect shards passed over once, never to be read again (immutable: a
+    cursor holds one; `with_ranges` makes the next). Overlapping or touching ranges of a
+    shard merge, so a long run holds a few ranges per suspect shard."""
+
+    __slots__ = ("_spans",)
+
+    def __init__(self, ranges: Iterable[SampleRange] = ()) -> None:
+        merged: dict[str, list[tuple[int, int]]] = {}
+        for shard_id, start, stop in sorted(ranges):
+            spans = merged.setdefault(shard_id, [])
+            if spans and start <= spans[-1][1]:
+                spans[-1] = (spans[-1][0], max(spans[-1][1], stop))
+            else:
+                spans.append((start, stop))
+        self._spans = {
+            shard_id: (tuple(a for a, _ in spans), tuple(b for _, b in spans))
+            for shard_id, spans in merged.items()
+        }
+
+    def __bool__(self) -> bool:
+        return bool(self._spans)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SkippedSamples) and self._spans == other._spans
+
+    def __hash__(self) -> int:
+        return hash(tuple(self.ranges()))
+
+    def __repr__(self) -> str:
+        return f"SkippedSamples({self.ranges()!r})"
+
+    def ranges(self) -> list[SampleRange]:
+        return [
+            SampleRange(shard_id, start, stop)
+            for shard_id, (starts, stops) in sorted(self._spans.items())
+            for start, stop in zip(starts, stops, strict=True)
+        ]
+
+    def with_ranges(self, ranges: Sequence[SampleRange]) -> SkippedSamples:
+        return SkippedSamples([*self.ranges(), *ranges]) if ranges else self
+
+    def next_span(self, shard_id: str, start: int) -> tuple[int, int] | None:
+        """The first skipped span of the shard that ends after `start`, if any."""
+        spans = self._spans.get(shard_id)
+        if spans is None:
+            return None
+        starts, stops = spans
+        index = bisect.bisect_right(stops, start)
+        return (starts[index], stops[index]) if index < len(stops) else None
+
+    def to_json(self) -> list[list[str | int]]:
+        return [[r.shard_id, r.start, r.stop] for r in self.ranges()]
+
+    @classmethod
+    def from_json(cls, data: object) -> SkippedSamples:
+        """A cursor's list of [shard id, start, stop]; anything else is a ValueError."""
+        if not isinstance(data, list):
+            raise ValueError(f"skipped samples must be a list, got {data!r}")
+        ranges = []
+        for item in data:
+            match item:
+                case [str(shard_id), int(start), int(stop)] if 0 <= start < stop:
+                    ranges.append(SampleRange(shard_id, start, stop))
+                case _:
+                    raise ValueError(
+                        f"a skipped sample range must be [shard id, start, stop] with "
+                        f"0 <= start < stop, got {item!r}"
+                    )
+        return cls(ranges)
+
+
+NO_SKIPPED_SAMPLES = SkippedSamples()
 
 
 class ShardLayout:
@@ -72,24 +151,46 @@ class ShardLayout:
             raise ValueError("the skip-list names every shard; nothing is left to train on")
 
     def take(
-        self, position: int, count: int, skipped_shards: Collection[str]
+        self,
+        position: int,
+        count: int,
+        skipped_shards: Collection[str],
+        skipped_samples: SkippedSamples = NO_SKIPPED_SAMPLES,
+        passed_over: list[SampleRange] | None = None,
     ) -> tuple[list[SampleRange], int]:
-        """The next ``count`` non-skipped samples from ``position`` and the position after them."""
+        """The next ``count`` samples from ``position`` that neither a skipped shard nor
+        ``skipped_samples`` holds, and the position after them. The rest of each skipped
+        shard passed over is appended to ``passed_over`` when given."""
         ranges: list[SampleRange] = []
         needed = count
+        idle_from = position
         while needed > 0:
+            if position - idle_from >= self.samples_per_epoch:
+                raise ValueError(
+                    "the skip-list and the samples it passed over leave nothing to train on"
+                )
             offset = position % self.samples_per_epoch
             index = bisect.bisect_right(self._starts, offset) - 1
             shard = self.shards[index]
             start = offset - self._starts[index]
             available = shard.num_samples - start
             if shard.shard_id in skipped_shards:
+                if passed_over is not None:
+                    passed_over.append(SampleRange(shard.shard_id, start, shard.num_samples))
                 position += available
                 continue
+            if skipped_samples:
+                span = skipped_samples.next_span(shard.shard_id, start)
+                if span is not None and span[0] <= start:
+                    position += min(span[1], shard.num_samples) - start
+                    continue
+                if span is not None:
+                    available = min(available, span[0] - start)
             used = min(available, needed)
             ranges.append(SampleRange(shard.shard_id, start, start + used))
             position += used
             needed -= used
+            idle_from = position
         return ranges, position
 
 
