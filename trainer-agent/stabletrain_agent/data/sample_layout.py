@@ -164,6 +164,7 @@ class ShardLayout:
         ranges: list[SampleRange] = []
         needed = count
         idle_from = position
+        next_span = skipped_samples.next_span if skipped_samples else None
         while needed > 0:
             if position - idle_from >= self.samples_per_epoch:
                 raise ValueError(
@@ -179,8 +180,8 @@ class ShardLayout:
                     passed_over.append(SampleRange(shard.shard_id, start, shard.num_samples))
                 position += available
                 continue
-            if skipped_samples:
-                span = skipped_samples.next_span(shard.shard_id, start)
+            if next_span is not None:
+                span = next_span(shard.shard_id, start)
                 if span is not None and span[0] <= start:
                     position += min(span[1], shard.num_samples) - start
                     continue
