@@ -80,6 +80,17 @@ class MonitorSnapshot(NamedTuple):
 STATE_VERSION = 1
 """Bumped whenever the layout of ``state_dict`` changes incompatibly."""
 
+FIRST_LAYOUT_KEYS = frozenset(
+    {"loss", "grad_norm", "history", "throughput", "custom", "non_finite", "non_finite_total"}
+)
+"""The signals' keys every version-1 state has. A signal that saves none of these and finds
+none of its own keys in a state is newer than that checkpoint and is not loaded (a built-in
+one starts fresh, a detector of the user's keeps its own state), so a new signal or a
+detector the loop adds later never makes older checkpoints unloadable."""
+
+MONITOR_KEYS = frozenset({"version", "last_good_step"})
+"""The keys the monitor writes itself."""
+
 
 class SignalMonitor:
     """Runs every signal on each step and turns their findings into one verdict.
@@ -124,6 +135,7 @@ class SignalMonitor:
         self._signals = (*self._built_in, *self._detectors)
         """What retunes, saves and loads: the built-in signals, then the user's."""
         _check_every_agent_signal_fires(self._signals)
+        self._state_keys = _state_keys_apart(self._signals)
         self._config = config
         self._last_good_step: int | None = None
         self._snapshot = _empty_snapshot()
@@ -231,7 +243,9 @@ class SignalMonitor:
             )
         fresh = SignalMonitor(self._config, self._trip_on, self._trip_rules, self._detectors)
         try:
-            for signal in fresh._signals:
+            for signal, keys in zip(fresh._signals, fresh._state_keys, strict=True):
+                if keys.isdisjoint(state) and keys.isdisjoint(FIRST_LAYOUT_KEYS):
+                    continue  # newer than the checkpoint: nothing of it to load
                 signal.load(state)
             good = state["last_good_step"]
             fresh._last_good_step = None if good is None else int(good)
@@ -250,6 +264,26 @@ def _check_every_agent_signal_fires(signals: Sequence[MonitoredSignal]) -> None:
             f"no signal of the monitor fires {names}, which AGENT_SIGNALS lists: add its "
             "MonitoredSignal to SignalMonitor's list (signals/monitor.py)"
         )
+
+
+def _state_keys_apart(signals: Sequence[MonitoredSignal]) -> tuple[frozenset[str], ...]:
+    """The keys each signal saves under, refusing two signals that share one: in the flat
+    state the later would overwrite the earlier's, and a restore would feed one signal the
+    other's state (a detector of the user's named like a built-in's key, or two of them)."""
+    owners = dict.fromkeys(MONITOR_KEYS, "the monitor")
+    keys_of = []
+    for signal in signals:
+        own: dict[str, Any] = {}
+        signal.save(own)
+        for key in own:
+            if key in owners:
+                raise ValueError(
+                    f"{type(signal).__name__} saves its state under {key!r}, which "
+                    f"{owners[key]} uses already: give it a key of its own"
+                )
+            owners[key] = type(signal).__name__
+        keys_of.append(frozenset(own))
+    return tuple(keys_of)
 
 
 def _check_users_findings(detector: MonitoredSignal, findings: Sequence[Finding]) -> None:

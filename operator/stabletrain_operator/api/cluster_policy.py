@@ -86,7 +86,7 @@ class PolicyLimits(ApiModel):
     on the noise of a healthy run and spends the cluster on rollbacks)."""
     min_spike_zscore: float | None = Field(default=None, gt=0.0, le=1000.0)
     """detection.lossSpike.zscore and gradNormSpike.zscore at least this."""
-    allowed_actions: tuple[Action, ...] | None = Field(default=None, max_length=5)
+    allowed_actions: tuple[Action, ...] | None = Field(default=None, max_length=len(Action))
     """Actions the rules and escalation.finalAction may use; null allows every action."""
 
 

@@ -1,9 +1,10 @@
 """The one table from action to what it means: jobset's failure-policy map, for our actions.
 
 To add an action: its name in `Action` (stabletrain_contract/names.py), its reason in
-`Reason` (api/constants.py), an applier in policy/actions.py when none fits, and its entry
-here. The state machine, the engine, the planner, the docs and the replay plot all read the
-entry; a unit test fails when an action has none.
+`Reason` (api/constants.py), its applier in policy/actions.py (each decides the action it
+names, so a new action needs one of its own, which may wrap another), and its entry here.
+The state machine, the engine, the planner, the docs and the replay plot all read the
+entry; unit tests fail when an action has none or its applier decides another action.
 """
 
 from __future__ import annotations

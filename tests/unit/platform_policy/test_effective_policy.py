@@ -126,6 +126,14 @@ def test_actions_a_policy_does_not_allow_are_refused_wherever_the_rules_come_fro
     assert effective_policy(alert_at_the_end, [no_fail]).spec is not None
 
 
+def test_a_policy_may_allow_every_action_by_name() -> None:
+    """The list's bound follows the actions there are: a new action cannot make a policy
+    that names them all invalid."""
+    every = policy("every", limits={"allowedActions": [a.value for a in Action]})
+    assert every.spec.limits.allowed_actions == tuple(Action)
+    assert effective_policy(job(), [every]).spec is not None
+
+
 def test_the_highest_priority_policy_gives_each_default_and_every_limit_applies() -> None:
     team = policy("team", priority=10, defaults={"recovery": {"budgets": {"maxRollbacks": 1}}},
                   limits={"maxRestarts": 4})  # fmt: skip

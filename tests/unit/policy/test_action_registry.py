@@ -7,14 +7,16 @@ from datetime import UTC, datetime
 
 import pytest
 
-from stabletrain_contract.names import Action
+from stabletrain_contract.names import Action, AnomalyClass, Signal
 from stabletrain_operator.api.constants import Reason
+from stabletrain_operator.api.spec import RecoveryRule, RecoverySpec
 from stabletrain_operator.api.status import Counters
 from stabletrain_operator.policy.action_kind import BUDGETED, StatusCounter
 from stabletrain_operator.policy.action_registry import ACTION_KINDS, kind_of
 from stabletrain_operator.policy.decision import Decision
-from stabletrain_operator.policy.engine import record
+from stabletrain_operator.policy.engine import decide, record
 from stabletrain_operator.policy.ledger import PolicyLedger
+from stabletrain_operator.policy.observation import Observation, ObservationSource
 
 AT = datetime(2026, 3, 1, 8, 30, tzinfo=UTC)
 
@@ -97,3 +99,20 @@ def test_each_budgeted_counter_is_counted_by_the_engine_s_record(counter: Status
     after = record(before, decision, now=AT)
     assert after.used(counter) == before.used(counter) + 1
     assert after.last_action_at == AT
+
+
+@pytest.mark.parametrize("action", sorted(Action))
+def test_each_applier_decides_the_action_of_its_own_entry(action: Action) -> None:
+    """An entry that borrows another action's applier would decide that other action: a
+    rule naming the new one would act as the old, and nothing else would notice."""
+    rule = RecoveryRule(name="only", on_signals=(Signal.LOSS_SPIKE.value,), action=action)
+    stops = kind_of(action).stops_the_run  # a trip report for those, a scrape for the others
+    fired = Observation(
+        signal=Signal.LOSS_SPIKE.value, anomaly_class=AnomalyClass.BAD_BATCH, step=3010,
+        onset_step=3007, sustained=True, tripped=stops, evidence="loss spike",
+        source=ObservationSource.TRIP_REPORT if stops else ObservationSource.SCRAPE,
+    )  # fmt: skip
+    decision = decide(RecoverySpec(rules=(rule,)), [fired], PolicyLedger(), now=AT, lr_scale=1.0)
+    assert decision is not None
+    assert decision.action is action
+    assert decision.reason == kind_of(action).reason

@@ -106,3 +106,39 @@ def test_a_user_finding_outside_custom_names_is_refused(name: str) -> None:
     monitor.observe(step(1, 2.0))
     with pytest.raises(ValueError, match=f"LossPlateau fired '{name}'"):
         monitor.observe(step(2, 2.0))
+
+
+class SavesUnderLoss(LossPlateau):
+    """A detector that picked a key the built-in spike signals save under."""
+
+    def save(self, state: dict[str, Any]) -> None:
+        state["loss"] = {"last": self.last, "flat": self.flat}
+
+
+def test_a_detector_saving_under_a_key_another_signal_uses_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"SavesUnderLoss saves its state under 'loss', which "
+                       r"LossAndGradNormSpikes uses already"):  # fmt: skip
+        SignalMonitor(config(), (PLATEAU,), detectors=(SavesUnderLoss(),))
+    with pytest.raises(ValueError, match=r"LossPlateau saves its state under 'loss_plateau', "
+                       r"which LossPlateau uses already"):  # fmt: skip
+        SignalMonitor(config(), (PLATEAU,), detectors=(LossPlateau(), LossPlateau()))
+
+
+def test_a_checkpoint_from_before_a_detector_was_added_still_restores_the_built_in_signals() -> (
+    None
+):
+    """The loop adds a detector and resumes from a checkpoint without its key: the built-in
+    signals get their state back, the newcomer keeps its own (fresh in a process that just
+    started); a missing key every version-1 state has is still refused."""
+    before = SignalMonitor(config(), (PLATEAU,))
+    for n in range(150):
+        before.observe(step(n, 2.0 + 0.1 * (n % 3)))
+    state = before.state_dict()
+    after = SignalMonitor(config(), (PLATEAU,), detectors=(LossPlateau(),))
+    after.load_state_dict(state)
+    restored = after.state_dict()
+    assert {k: restored[k] for k in state} == state
+    assert restored["loss_plateau"] == {"last": None, "flat": 0}
+    broken = {k: v for k, v in state.items() if k != "throughput"}
+    with pytest.raises(ValueError, match="throughput"):
+        after.load_state_dict(broken)
