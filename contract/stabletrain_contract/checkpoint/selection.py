@@ -13,9 +13,13 @@ Walking them newest first, the first one complete and verified on the PFS is cho
 
 With `both_tiers` (the job's `checkpoints.selection: BothTiers`) step 2 is passed over too:
 the first candidate also verified on every node's local tier wins, and the reason says how
-many more steps it costs than the newest PFS-only one.  Only when no candidate is on both
-tiers (a node was replaced and its tier is empty) is the newest PFS-verified one taken,
-and the reason says that too.
+many more steps it costs than the newest PFS-only one. A node counts against a candidate
+only if it holds a copy written by the candidate's attempt: one that holds none (new to
+the job, or back from an earlier attempt with that attempt's copies) could never have it
+locally, and reads it from the PFS as a replaced node would. Without that, a node back
+with an old copy made the run go back to that copy, thousands of steps (the chaos run's
+hang: 3,125 steps). Only when no candidate is on both tiers is the newest PFS-verified one
+taken, and the reason says that too.
 
 A copy on local tiers only is never chosen: it does not survive the loss of its node.
 
@@ -82,6 +86,14 @@ def _from_memory_too(record: CheckpointRecord, memory_pods: Sequence[str | None]
     return f"; pods {', '.join(pods)} read it from their memory tier" if pods else ""
 
 
+def _nodes_by_attempt(records: Sequence[CheckpointRecord]) -> dict[int, frozenset[str]]:
+    """The nodes holding a local copy written by each attempt: the nodes it ran on."""
+    nodes: dict[int, set[str]] = {}
+    for record in records:
+        nodes.setdefault(record.attempt, set()).update(copy.node for copy in record.local)
+    return {attempt: frozenset(held) for attempt, held in nodes.items()}
+
+
 def _missing_locally(record: CheckpointRecord, nodes: Sequence[str]) -> list[str]:
     return [
         node
@@ -115,6 +127,7 @@ def select_checkpoint(
         raise ValueError("nodes must name at least one node the run will use")
     limit = onset_step - margin
     ordered = sorted(records, key=lambda r: (r.step, r.attempt), reverse=True)
+    ran = _nodes_by_attempt(records) if both_tiers else {}
     passed_over: list[str] = []
     pfs_only: list[tuple[CheckpointRecord, list[str]]] = []
     for record in ordered:
@@ -147,10 +160,15 @@ def select_checkpoint(
                 f"{also}{cost}{skipped}",
                 newer,
             )
-        if both_tiers:
+        if both_tiers and not ran.get(record.attempt, frozenset()).isdisjoint(missing):
             pfs_only.append((record, missing))
             continue
-        return _from_pfs(record, missing, f"{also}{skipped}")
+        never_held = (
+            f" (BothTiers: they hold no copy of attempt {record.attempt}, which wrote it)"
+            if both_tiers
+            else ""
+        )
+        return _from_pfs(record, missing, f"{never_held}{also}{skipped}")
     if pfs_only:
         record, missing = pfs_only[0]
         fallback = _from_pfs(record, missing, _from_memory_too(record, memory_pods))

@@ -285,7 +285,9 @@ class CheckpointSelection(StrEnum):
     """Complete and verified on the PFS and on the local tier of every node the relaunch
     prefers (the last attempt's nodes, less suspects it avoids): the nearest such one wins even
     when a newer one is on the PFS only, and the Planned Event says how many steps that
-    costs. Only when none is on both tiers (a node was replaced) is a PFS-only one taken."""
+    costs. A node that holds no copy of the attempt that wrote a checkpoint (new to the job,
+    or back from an earlier attempt) reads that one from the PFS instead of holding it back.
+    Only when none is on both tiers is a PFS-only one taken."""
     PFS_VERIFIED = "PfsVerified"
     """Complete and verified on the PFS; nodes without a local copy re-seed it from the PFS
     at start. For clusters where nodes are often replaced."""

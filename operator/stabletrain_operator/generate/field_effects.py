@@ -199,9 +199,11 @@ FIELD_EFFECTS: dict[str, Effect] = {
         "test_a_killed_rank_loses_less_than_a_snapshot_interval_when_the_pods_are_kept",
     ),
     "spec.checkpoints.selection": _e(
-        "plan.checkpoint.choose_checkpoint (BothTiers: also on every node of the relaunch)",
+        "plan.checkpoint.choose_checkpoint (BothTiers: also on every node of the relaunch"
+        " that ran the attempt which wrote it)",
         TRUTH + "test_both_tiers_passes_over_a_newer_pfs_only_checkpoint_and_says_what_it_costs",
         TRUTH + "test_both_tiers_takes_the_pfs_copy_only_when_no_candidate_is_on_every_node",
+        TRUTH + "test_a_node_that_never_ran_the_attempt_reads_the_newest_from_the_pfs",
         TRUTH + "test_the_planned_event_and_history_say_what_both_tiers_cost",
     ),
     "spec.checkpoints.intervalSteps": _e(

@@ -42,10 +42,35 @@ def test_both_tiers_passes_over_a_newer_pfs_only_checkpoint_and_says_what_it_cos
 
 
 def test_both_tiers_takes_the_pfs_copy_only_when_no_candidate_is_on_every_node() -> None:
-    records = [local_only_on(40, "node-a"), local_only_on(50, "node-a")]
+    """node-b ran attempt 0 (it holds step 60, past the bound) but holds neither 40 nor 50."""
+    records = [local_only_on(40, "node-a"), local_only_on(50, "node-a"), record(60)]
     chosen = choose_checkpoint(records, 55, NODES)
     assert chosen.step == 50
     assert "no checkpoint at or before step 55 is on every node's local tier" in chosen.reason
+
+
+def test_a_node_that_never_ran_the_attempt_reads_the_newest_from_the_pfs() -> None:
+    """The chaos run's hang: rank 0 moves to node-c, which holds step 5550 of attempt 2 from
+    an earlier stay and nothing of attempt 4. BothTiers took 5550 (3,125 steps back); node-c
+    could never hold 8675 locally, so it re-seeds it from the PFS like a new node."""
+    old = record(5550, attempt=2).model_copy(
+        update={"local": tuple(NodeCopy(node=n, complete=True, verified=True)
+                               for n in ("node-a", "node-b", "node-c"))}
+    )  # fmt: skip
+    newest = record(8675, attempt=4, stable=False).model_copy(
+        update={"local": tuple(NodeCopy(node=n, complete=True, verified=True)
+                               for n in ("node-a", "node-b"))}
+    )  # fmt: skip
+    chosen = choose_checkpoint([old, newest], None, ("node-c", "node-b"), stable_only=False)
+    assert chosen.step == 8675
+    assert "nodes node-c re-seed their local tier from it" in chosen.reason
+    assert "they hold no copy of attempt 4" in chosen.reason
+    torn_on_c = newest.model_copy(
+        update={"local": (*newest.local, NodeCopy(node="node-c", complete=False))}
+    )
+    kept = choose_checkpoint([old, torn_on_c], None, ("node-c", "node-b"), stable_only=False)
+    assert kept.step == 5550, "node-c ran attempt 4 and its copy is torn: both tiers go back"
+    assert "3125 more steps than step 8675" in kept.reason
 
 
 def test_the_planned_event_and_history_say_what_both_tiers_cost() -> None:
