@@ -62,12 +62,6 @@ class SkippedSamples:
     def __bool__(self) -> bool:
         return bool(self._spans)
 
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, SkippedSamples) and self._spans == other._spans
-
-    def __hash__(self) -> int:
-        return hash(tuple(self.ranges()))
-
     def __repr__(self) -> str:
         return f"SkippedSamples({self.ranges()!r})"
 
