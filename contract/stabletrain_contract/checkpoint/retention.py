@@ -99,7 +99,7 @@ def plan_deletions(
     """The (step, attempt) keys to delete, oldest first.
 
     `protected` is never deleted (the rollback target); `waiting` (copies not yet on the
-    PFS, newest last) is kept as long as the size budget allows, before older regular
+    PFS, the last one kept first) is kept as long as the size budget allows, before older regular
     checkpoints and before markers. `unreplicated` names every copy not on the PFS (None:
     there is no PFS), so the newest one that is gets kept.
     """

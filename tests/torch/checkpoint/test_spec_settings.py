@@ -8,11 +8,14 @@ the contract (the operator not passing it, the agent not reading it) fails here.
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
 from ckpt_reference import Holder, reference
 
+from stabletrain_agent.checkpoint import replicate
 from stabletrain_agent.checkpoint.layout import iter_attempt_dirs
 from stabletrain_agent.checkpoint.manager import CheckpointConfig, CheckpointManager
 from stabletrain_agent.checkpoint.manifest import read_manifest
@@ -50,14 +53,19 @@ def steps_on(root: Path) -> list[int]:
 
 
 def run(manager: CheckpointManager, holder: Holder, steps: range, **save: Any) -> list[int]:
-    """Save at every step the manager calls a save step; the steps whose save started."""
+    """Save at every step the manager calls a save step; the steps whose save started.
+
+    Each save is on the PFS before the next step, as in a run whose steps take longer than
+    a copy: here they take no time, and a replication that fell behind the saves would
+    give up copies (test_a_copy_being_replicated_is_kept_until_it_lands).
+    """
     started = []
     for step in steps:
         holder.state = reference(step)
         if manager.is_save_step(step) and manager.save(step, **save):
             started.append(step)
-    manager.wait()
-    assert not manager.flush(30).timed_out
+            manager.wait()
+            assert not manager.flush(30).timed_out
     return started
 
 
@@ -80,6 +88,44 @@ def test_interval_and_retention_come_from_the_spec(tmp_path: Path) -> None:
     assert steps_on(config.local_dir) == [15, 18]
     # Trimmed when a copy lands, not only at the next save: the flush returned after it.
     assert steps_on(config.pfs_root) == [12, 15, 18]
+
+
+def test_a_copy_being_replicated_is_kept_until_it_lands(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Saves faster than the PFS: the local retention (2) would delete the copy the
+    replicator is writing.  Before, it did, and a replication slower than two saves never
+    landed a copy while the job ran."""
+    copying, go_on = threading.Event(), threading.Event()
+    real_copy = replicate.replicate_copy
+
+    def slow_pfs(local: Path, pfs: Path, step: int, *args: Any, **kwargs: Any) -> int:
+        if step == 1:
+            copying.set()
+            assert go_on.wait(30)
+        return real_copy(local, pfs, step, *args, **kwargs)
+
+    monkeypatch.setattr(replicate, "replicate_copy", slow_pfs)
+    checkpoints = {"intervalSteps": 1, "local": {"hostPath": "/n", "retention": 2}}
+    config = CheckpointConfig.from_env(pod_environ(checkpoints, tmp_path))
+    holder = Holder(reference(0))
+    manager = CheckpointManager(config, {"app": holder})
+    try:
+        assert manager.restore() is None
+        holder.state = reference(1)
+        assert manager.save(1, stable=True)
+        assert copying.wait(30), "the replicator never started on step 1"
+        for step in (2, 3, 4):
+            holder.state = reference(step)
+            assert manager.save(step, stable=True)
+            manager.wait()
+        assert steps_on(config.local_dir) == [1, 3, 4], "2 gave way, 1 is on its way"
+        go_on.set()
+        assert not manager.flush(30).timed_out
+    finally:
+        go_on.set()
+        manager.close()
+    assert steps_on(config.pfs_root) == [1, 3, 4]
 
 
 def test_spike_markers_keep_the_earliest_of_the_newest_episode(tmp_path: Path) -> None:

@@ -931,11 +931,23 @@ class CheckpointManager:
             self._trim_pfs([*self._protected, *self._waiting()])
 
     def _waiting(self) -> list[tuple[int, int]]:
-        if self.replicator is not None and self.replicator.condition.available:
-            # Not on the PFS yet: keep until it is, but no more than `keep_local` of them,
-            # so a replication slower than the saves cannot fill the local disk.
-            return self.replicator.pending()[-self.config.keep_local :]
-        return []
+        """Local copies kept for the PFS, the one to give up last at the end.
+
+        Not on the PFS yet: kept until they are, but no more than `keep_local` of them, so
+        a replication slower than the saves cannot fill the local disk.  The copy being
+        written to the PFS right now comes on top, whatever the PFS's state: deleting it
+        wasted the transfer, and a replication slower than two saves then never landed
+        anything, each copy deleted under it by the next saves.
+        """
+        if self.replicator is None:
+            return []
+        waiting = []
+        if self.replicator.condition.available:
+            waiting = self.replicator.pending()[-self.config.keep_local :]
+        in_flight = self.replicator.in_flight()
+        if in_flight is not None and in_flight not in waiting:
+            waiting.append(in_flight)
+        return waiting
 
     def _apply_retention_locked(self) -> None:
         waiting = self._waiting()

@@ -220,6 +220,11 @@ class Replicator:
         with self._lock:
             self._pending.discard((step, attempt))
 
+    def in_flight(self) -> tuple[int, int] | None:
+        """The copy being written to the PFS right now, if any."""
+        with self._lock:
+            return self._busy
+
     def pending(self) -> list[tuple[int, int]]:
         with self._lock:
             busy = {self._busy} if self._busy else set()
