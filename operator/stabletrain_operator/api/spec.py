@@ -221,9 +221,10 @@ class LocalTierSpec(ApiModel):
     --local-volume-types, by default emptyDir, ephemeral and persistentVolumeClaim; never
     hostPath). Fixed once the job exists."""
     retention: int = Field(default=DEFAULT_RETENTION, ge=MIN_KEEP, le=1000)
-    """Regular checkpoints each pod keeps on its node (spike markers and the rollback target
-    come on top); at least 2 so the rollback target survives a new save. While the newest
-    wait for the PFS, the oldest kept is the newest already on it (above 2)."""
+    """Regular checkpoints each pod keeps on its node (spike markers, the rollback target
+    and the one copy being written to the PFS come on top); at least 2 so the rollback
+    target survives a new save. While the newest wait for the PFS, the oldest kept is the
+    newest already on it (above 2)."""
     size_limit: Quantity | None = None
     """Budget of each pod's part of the tier: the agent keeps fewer checkpoints (never below
     2) so that the kept ones plus the one being written fit, dropping spike markers and the
