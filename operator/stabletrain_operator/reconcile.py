@@ -148,8 +148,9 @@ class JobMemory:
     next_tick_at: float = 0.0
     """Monotonic time of the next tick the job needs when its world does not change."""
     base_ready: bool = False
-    beats: dict[str, RankProgress] = field(default_factory=dict)
-    """Newest heartbeat of each pod of the current attempt, kept while its agent is silent."""
+    beats: dict[tuple[str, int], RankProgress] = field(default_factory=dict)
+    """Newest heartbeat of each pod of the current attempt, kept while its agent is silent;
+    by pod and attempt, so a pod restarted in place starts the next attempt without one."""
     view: JobView | None = None
     """The newest version of the job read or written (jobview.py)."""
     rejected_version: str | None = None
@@ -327,15 +328,18 @@ def _progress(
     for result in scrapes:
         pod = by_pod.get(result.pod)
         agent = result.status
-        if agent is not None and agent.heartbeat is not None:
+        key = (result.pod, attempt)
+        if agent is not None and agent.heartbeat is not None and agent.attempt == attempt:
             node = pod.node if pod is not None else agent.node
-            memory.beats[result.pod] = RankProgress(
+            memory.beats[key] = RankProgress(
                 result.pod, node, agent.heartbeat, agent.updated_at, now
             )
-        elif result.pod in memory.beats:
-            memory.beats[result.pod] = dataclasses.replace(memory.beats[result.pod], silent=True)
-    running = {p.name for p in facts if p.attempt == attempt and p.state is PodState.RUNNING}
-    memory.beats = {name: beat for name, beat in memory.beats.items() if name in running}
+        elif key in memory.beats:
+            memory.beats[key] = dataclasses.replace(memory.beats[key], silent=True)
+    running = {
+        (p.name, attempt) for p in facts if p.attempt == attempt and p.state is PodState.RUNNING
+    }
+    memory.beats = {key: beat for key, beat in memory.beats.items() if key in running}
     return tuple(memory.beats.values())
 
 

@@ -12,7 +12,12 @@ The rules, in the order the evidence is trusted:
   ended first is the culprit. While the pods that ended only exited with an error and
   others still run, the decision waits for those others (awaiting_peers): a rank whose peer
   was killed can end on the broken collective before the killed rank's pod is seen ended.
-  A pod still alone when the wait is over is told apart from the others (certain).
+  A pod still alone when the wait is over is told apart from the others (certain). A pod
+  still running whose agent answered earlier in the attempt and now no longer does ends
+  the wait at once and is the culprit: its node was lost or its processes froze, and the
+  others' collective broke on it. Seen in `make chaos`: a lost node's pod shows Running
+  until the node controller marks it, so after the wait the victim, the only pod seen
+  ended, was blamed, its healthy node avoided and its pod replaced instead of restarted.
 * Trip reports (NonFinite, LossSpike, custom signals) are never a node's fault: the values
   are averaged across every rank before the agent judges them, so no rank is singled out,
   and a fault that reproduces after a relaunch on other nodes is the data or the model.
@@ -86,12 +91,17 @@ def _speaks_for_itself(pod: PodFacts) -> bool:
     return _lost_to_its_node(pod) or worker_signal(pod) is not None
 
 
-def awaiting_peers(failed: Sequence[PodFacts], current: Sequence[PodFacts], now: datetime) -> bool:
+def awaiting_peers(
+    failed: Sequence[PodFacts],
+    current: Sequence[PodFacts],
+    now: datetime,
+    silent: Sequence[PodFacts] = (),
+) -> bool:
     """The pods that ended only exited with an error and another pod of the attempt still
     runs: wait for it within PEERS_AWAITED of the first end (`finishedAt`, whole seconds),
     so that a rank killed by a signal, whose pod may end seconds after its victims', is
-    the one attributed."""
-    if not failed or any(_speaks_for_itself(p) for p in failed):
+    the one attributed. Not when a running pod's agent went `silent`: it is that one."""
+    if not failed or any(_speaks_for_itself(p) for p in failed) or silent:
         return False
     if not any(p.state is PodState.RUNNING for p in current):
         return False
@@ -99,9 +109,12 @@ def awaiting_peers(failed: Sequence[PodFacts], current: Sequence[PodFacts], now:
     return bool(ends) and now - min(ends) < PEERS_AWAITED
 
 
-def failure_suspects(failed: Sequence[PodFacts], pods: int | None = None) -> tuple[Suspect, ...]:
+def failure_suspects(
+    failed: Sequence[PodFacts], pods: int | None = None, silent: Sequence[PodFacts] = ()
+) -> tuple[Suspect, ...]:
     """The pods of one attempt that ended without a trip report, reduced to the culprits:
-    lost with the node, else killed by a signal while others were not, else the first.
+    lost with the node, else killed by a signal, else the running pods whose agents went
+    `silent` while the failed ones only exited with an error, else the first to end.
     `pods` is how many the attempt has (default: the failed ones): the culprit is certain
     when it is told apart from at least one other pod, failed or still running."""
     if not failed:
@@ -111,6 +124,10 @@ def failure_suspects(failed: Sequence[PodFacts], pods: int | None = None) -> tup
     if by_node:
         return tuple(_suspect(p, _how(p), True, node_lost=p.node_silent) for p in by_node)
     signalled = [p for p in failed if worker_signal(p) is not None]
+    if silent and not signalled:
+        ended = ", ".join(p.name for p in failed)
+        why = f"its agent stopped answering, and {ended} failed on the broken collective"
+        return tuple(_suspect(p, f"pod {p.name} on node {p.node}: {why}", True) for p in silent)
     candidates = signalled if signalled and len(signalled) < len(failed) else list(failed)
     stamped = [p for p in candidates if p.finished_at is not None]
     if not stamped:

@@ -86,10 +86,11 @@ def gather_observations(
         signals.append(trip_observation(trips))
     else:
         broken = [p for p in current if p.state in (PodState.FAILED, PodState.GONE)]
-        if awaiting_peers(broken, current, now):
+        silent = _silent_running(current, progress)
+        if awaiting_peers(broken, current, now, silent):
             return observations, trips, incident
         if broken:
-            suspects = failure_suspects(broken, spec.workers.nodes)
+            suspects = failure_suspects(broken, spec.workers.nodes, silent)
             evidence = "; ".join(failure_evidence(p) for p in broken)
             observations.append(worker_failure(step=status.step, evidence=evidence[:512]))
             incident = Incident(
@@ -114,6 +115,15 @@ def gather_observations(
     if confirming is not None:
         signals = [dataclasses.replace(o, recurrence_of=confirming) for o in signals]
     return observations + signals, trips, incident
+
+
+def _silent_running(
+    current: Sequence[PodFacts], progress: Sequence[RankProgress]
+) -> list[PodFacts]:
+    """Running pods whose agent answered earlier in this attempt (a heartbeat is known) and
+    not this tick's scrape; none between scrapes, when `progress` is empty."""
+    silent = {p.pod for p in progress if p.silent}
+    return [p for p in current if p.state is PodState.RUNNING and p.name in silent]
 
 
 def _confirming_onset(status: StableTrainingJobStatus) -> int | None:

@@ -133,6 +133,31 @@ def test_the_wait_for_running_peers_ends_after_the_bound_and_never_holds_evidenc
     assert not awaiting_peers(both, both, T), "nobody left to wait for"
 
 
+def test_a_running_peer_whose_agent_went_silent_is_the_culprit_without_waiting() -> None:
+    """Seen in `make chaos`: node b was lost, its pod still Running (the node controller
+    had not marked it yet) and its agent silent; after the wait the victim on node a, the
+    only pod seen ended, was blamed and its healthy node avoided."""
+    victim = pod(0, node="a", finished=0.0, message=TORCHRUN_PEER_GONE)
+    lost = pod(1, node="b", finished=None, state=PodState.RUNNING, exit_code=None)
+    now = T + timedelta(seconds=1)
+    assert awaiting_peers([victim], [victim, lost], now)
+    assert not awaiting_peers([victim], [victim, lost], now, silent=[lost])
+    (suspect,) = failure_suspects([victim], pods=2, silent=[lost])
+    assert (suspect.rank, suspect.node, suspect.avoid) == (1, "b", True)
+    assert suspect.reason == (
+        "pod job-0-1 on node b: its agent stopped answering, and job-0-0 failed on the "
+        "broken collective"
+    )
+
+
+def test_a_rank_killed_by_a_signal_stays_the_culprit_beside_a_silent_one() -> None:
+    killed = pod(1, node="b", message=TORCHRUN_KILLED)
+    quiet = pod(0, node="a", finished=None, state=PodState.RUNNING, exit_code=None)
+    (suspect,) = failure_suspects([killed], pods=2, silent=[quiet])
+    assert (suspect.node, suspect.avoid) == ("b", True)
+    assert "killed by signal 9" in suspect.reason
+
+
 def test_a_tie_without_evidence_is_recorded_but_no_node_is_avoided() -> None:
     suspects = failure_suspects([pod(0, node="a"), pod(1, node="b")])
     assert [(s.rank, s.avoid) for s in suspects] == [(0, False), (1, False)]

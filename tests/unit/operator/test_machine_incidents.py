@@ -3,6 +3,7 @@ that avoids the node, the suspect list expiring, and a crash loop that ends the 
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
 
 from operator_builders import NODES, T0, pod, record, spec
@@ -149,6 +150,25 @@ def _failed(rank: int, message: str, attempt: int = 0) -> PodFacts:
         node=NODES[rank], ip=None, deleting=False, exit_code=1, reason="Error",
         message=message, finished_at=T0,
     )  # fmt: skip
+
+
+def test_a_failure_beside_a_silent_running_peer_stops_at_once_and_blames_the_peer() -> None:
+    """Rank 1's node is lost: its pod still shows Running, its agent no longer answers;
+    rank 0 failed on the broken collective.  The decision does not wait PEERS_AWAITED, and
+    the relaunch avoids rank 1's node, not rank 0's."""
+    status = running()
+    pods = (_failed(0, "RuntimeError: Connection reset by peer"), pod(1))
+    lost = dataclasses.replace(beat(1, idle=1, place=ThreadPlace.TORCH), pod="job-a0-1")
+    answering = advance(status, world(status, pods=pods, progress=(lost,)))
+    assert answering.status.plan is None, "rank 1's agent answers: its end may name the culprit"
+    silent = dataclasses.replace(lost, silent=True)
+    stopping = advance(status, world(status, pods=pods, progress=(silent,)))
+    plan = stopping.status.plan
+    assert plan is not None
+    assert plan.action is Action.RESTART_FROM_LATEST
+    (suspect,) = stopping.status.suspect_nodes
+    assert suspect.node == NODES[1]
+    assert "its agent stopped answering" in suspect.last_reason
 
 
 def test_every_rank_failing_before_its_first_step_ends_the_job_with_the_error_named() -> None:
