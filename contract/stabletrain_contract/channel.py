@@ -280,6 +280,12 @@ class AgentStatus(AgentReport):
     """Whether this pod's last write to the PFS tier succeeded; null until it reports."""
     pfs_message: str = Field(default="", max_length=PFS_MESSAGE_MAX)
     """Why, when the PFS is not available (the error of the last write)."""
+    replicating: tuple[int, ...] | None = Field(default=None, max_length=INVENTORY_MAX)
+    """Steps of this node's copies this pod still has to write to the PFS (being copied or
+    queued), oldest first: the copies a stop may wait for. Empty when it has none left to
+    send, though the inventory may list local copies that never complete on the PFS (the
+    other node's part was given up, the attempt fenced off); null from an agent older than
+    this field, or without a PFS."""
     latest_trip: TripReport | None = None
     preflight: PreflightFacts | None = None
     """The run's stability facts, gathered at start-up; the operator's Preflight condition

@@ -103,12 +103,13 @@ SCRAPED_PHASES = frozenset({Phase.RUNNING, Phase.CONFIRMING})
 """Phases whose pods are scraped; also Stopping while its processes stop in place (their
 supervisors report when they ended, with the checkpoints on their tiers)."""
 SETTLE_SECONDS = 10.0
-"""How long a stop keeps scraping the pods still running while one lists a copy on its way
-to the PFS. A rank killed outright breaks the others' collective: under gloo they end at
-once, their agents first finishing such copies and answering until a scrape read the result
-(stabletrain_agent.guard.HAND_OVER_SECONDS); under NCCL they hang with their agents
-answering. One scrape, at the decision, came before the copies landed: the restart passed
-over the newest checkpoint, or found none verified on the PFS and failed the job."""
+"""How long a stop keeps scraping the pods still running while one still sends a copy to
+the PFS (plan/merged_inventory.copies_in_flight). A rank killed outright breaks the others'
+collective: under gloo they end at once, their agents first finishing such copies and
+answering until a scrape read the result (stabletrain_agent.guard.HAND_OVER_SECONDS); under
+NCCL they hang with their agents answering. One scrape, at the decision, came before the
+copies landed: the restart passed over the newest checkpoint, or found none verified on the
+PFS and failed the job."""
 SETTLE_PAUSE_SECONDS = 0.5
 HELD_RECHECK_SECONDS = 30.0
 """How often a job held by an invalid spec ticks on its own: nothing changes until the spec

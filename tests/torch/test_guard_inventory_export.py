@@ -124,6 +124,7 @@ def test_a_committed_save_is_scraped_without_any_trip(
         assert [(r.step, r.stable) for r in status.inventory] == [(saved_at, True)]
         assert status.pfs_available is True
         assert status.pfs_message == ""
+        assert status.replicating == (), "nothing left to send: a stop need not wait"
 
         scans = settled(lambda: manager.scans)  # any export still running finishes
         for _ in range(20):
@@ -137,6 +138,7 @@ def test_a_committed_save_is_scraped_without_any_trip(
         manager.wait()
         down = wait_for_status(exporter, train_step, lambda s: s.pfs_available is False)
         assert "not there" in down.pfs_message
+        assert down.replicating == (second,)
         assert [(r.step, r.pfs.complete, bool(r.local)) for r in down.inventory] == [
             (saved_at, False, True),
             (second, False, True),
@@ -164,6 +166,7 @@ def test_a_copy_landing_while_the_training_thread_is_blocked_is_still_exported(
             assert time.monotonic() < deadline, status
             time.sleep(0.05)
         assert [(r.step, r.pfs.complete) for r in status.inventory] == [(1, False)]
+        assert status.replicating == (1,)
 
         (tmp_path / "pfs-gone").rename(tmp_path / "pfs")  # it is back; no step from here on
         assert not manager.flush(10).timed_out  # the copy landed
@@ -172,6 +175,7 @@ def test_a_copy_landing_while_the_training_thread_is_blocked_is_still_exported(
         )  # the very next scrape lists it complete
         assert [(r.step, r.pfs.verified) for r in status.inventory] == [(1, True)], status
         assert status.pfs_available is True
+        assert status.replicating == ()
     finally:
         manager.close()
         guard.close()

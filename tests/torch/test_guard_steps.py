@@ -102,6 +102,10 @@ class RecordedCheckpoints:
         return PfsCondition()
 
     @property
+    def replicating(self) -> tuple[int, ...] | None:
+        return None
+
+    @property
     def restored_at(self) -> datetime | None:
         return None
 

@@ -156,6 +156,11 @@ class Checkpoints(Protocol):
     def pfs_condition(self) -> PfsState: ...
 
     @property
+    def replicating(self) -> tuple[int, ...] | None:
+        """Steps of this node's copies still to be written to the PFS (None: no PFS)."""
+        ...
+
+    @property
     def restored_at(self) -> datetime | None:
         """When the restore finished (None before it): the start-up stall bound's origin."""
         ...
@@ -561,7 +566,7 @@ class Guard:
         condition = checkpoints.pfs_condition
         exporter.set_inventory(records)
         exporter.set_rejected(checkpoints.rejected())
-        exporter.set_pfs(condition.available, condition.message)
+        exporter.set_pfs(condition.available, condition.message, checkpoints.replicating)
         self._awaiting_pfs = any(r.local and not r.pfs.complete for r in records)
 
     def state_dict(self) -> dict[str, Any]:
@@ -777,7 +782,9 @@ class Guard:
             self.exporter.set_inventory(records)
             if self.checkpoints is not None:
                 condition = self.checkpoints.pfs_condition
-                self.exporter.set_pfs(condition.available, condition.message)
+                self.exporter.set_pfs(
+                    condition.available, condition.message, self.checkpoints.replicating
+                )
             self.exporter.record_trip(report)
             # Only now may a scrape see the tripping finding: seen before the report, it
             # would decide without the suspect shards and the flushed inventory it carries.

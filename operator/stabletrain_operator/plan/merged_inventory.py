@@ -93,11 +93,15 @@ def merged_inventory(
 
 
 def copies_in_flight(status: AgentStatus) -> bool:
-    """The pod's last scan lists a copy on its node's local tier that is not complete on a
-    PFS taking its writes: on its way there, or waiting for another node's part."""
-    return status.pfs_available is True and any(
-        record.local and not record.pfs.complete for record in status.inventory
-    )
+    """The pod still has copies to write to a PFS taking its writes. From an agent that
+    does not say (`replicating` null): its last scan lists a copy on its node's local tier
+    not complete on the PFS, which may also be one that never completes (another node's
+    part given up, an attempt fenced off), waited for in vain."""
+    if status.pfs_available is not True:
+        return False
+    if status.replicating is not None:
+        return bool(status.replicating)
+    return any(record.local and not record.pfs.complete for record in status.inventory)
 
 
 def without_abandoned(

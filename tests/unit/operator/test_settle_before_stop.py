@@ -46,8 +46,9 @@ def copy(step: int, *, on_pfs: bool) -> CheckpointRecord:
     )
 
 
-def answer(*records: CheckpointRecord) -> ScrapeResult:
+def answer(*records: CheckpointRecord, replicating: tuple[int, ...] | None = None) -> ScrapeResult:
     status = AgentStatus(
+        replicating=replicating,
         attempt=0,
         node="node-a",
         node_rank=0,
@@ -218,3 +219,23 @@ def test_copies_that_never_land_hold_the_stop_no_longer_than_the_bound(
     assert 2 <= agents.asked <= 21
     assert memory.view is not None
     assert memory.view.status.phase is Phase.STOPPING
+
+
+def test_a_copy_no_pod_still_sends_holds_the_stop_for_no_round() -> None:
+    """Seen in `make chaos`: a hang stopped 9.65 s late, the settle waiting its whole bound
+    for a local copy that could never complete on the PFS (the other node had given up its
+    part while the PFS was read-only).  An agent that says what it still sends is waited
+    for only while it sends something."""
+    done = Agents([answer(copy(5, on_pfs=True), copy(10, on_pfs=False), replicating=())])
+    killed_rank_tick(done)
+    assert done.asked == 1
+    sending = Agents(
+        [
+            answer(copy(5, on_pfs=True), copy(10, on_pfs=False), replicating=(10,)),
+            answer(copy(5, on_pfs=True), copy(10, on_pfs=True), replicating=()),
+        ]
+    )
+    _, memory = killed_rank_tick(sending)
+    assert sending.asked == 2
+    assert memory.view is not None
+    assert planned_step(memory.view.status) == 10

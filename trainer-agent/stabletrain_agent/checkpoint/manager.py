@@ -897,6 +897,13 @@ class CheckpointManager:
     def pfs_condition(self) -> PfsCondition:
         return self.replicator.condition if self.replicator else PfsCondition()
 
+    @property
+    def replicating(self) -> tuple[int, ...] | None:
+        """Steps still to be written to the PFS, oldest first (None: no PFS)."""
+        if self.replicator is None:
+            return None
+        return tuple(step for step, _ in self.replicator.pending())
+
     def flush(self, deadline_s: float, before_step: int | None = None) -> FlushResult:
         """On a trip: finish the save and the snapshot in flight and replicate copies older
         than the onset."""

@@ -19,7 +19,7 @@ import math
 import os
 import socket
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from http import HTTPStatus
 from typing import NamedTuple
@@ -169,6 +169,7 @@ class _StatusParts:
     inventory: tuple[CheckpointRecord, ...] = ()
     pfs_available: bool | None = None
     pfs_message: str = ""
+    replicating: tuple[int, ...] | None = None
     latest_trip: TripReport | None = None
     preflight: PreflightFacts | None = None
     saved_request: int = 0
@@ -334,14 +335,19 @@ class AgentExporter:
         with self._parts_lock:
             self._parts = dataclasses.replace(self._parts, rejected=shown)
 
-    def set_pfs(self, available: bool, message: str) -> None:
-        """Whether this pod's last PFS write succeeded, and the error when it did not."""
+    def set_pfs(
+        self, available: bool, message: str, replicating: Sequence[int] | None = None
+    ) -> None:
+        """Whether this pod's last PFS write succeeded, the error when it did not, and the
+        steps it still has to write there (None: it does not say)."""
         shown = "" if available else message[:PFS_MESSAGE_MAX]
+        sending = None if replicating is None else tuple(replicating)[:INVENTORY_MAX]
         with self._parts_lock:
             self._parts = dataclasses.replace(
                 self._parts,
                 pfs_available=available,
                 pfs_message=shown,
+                replicating=sending,
                 inventory_serial=self._parts.inventory_serial + 1,
             )
 
@@ -406,6 +412,7 @@ class AgentExporter:
             inventory=parts.inventory,
             pfs_available=parts.pfs_available,
             pfs_message=parts.pfs_message,
+            replicating=parts.replicating,
             latest_trip=parts.latest_trip,
             preflight=parts.preflight,
             heartbeat=self._heartbeat.read(),

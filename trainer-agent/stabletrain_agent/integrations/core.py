@@ -137,6 +137,10 @@ class FrameworkCheckpoints:
         return self.manager.pfs_condition
 
     @property
+    def replicating(self) -> tuple[int, ...] | None:
+        return self.manager.replicating
+
+    @property
     def restored_at(self) -> datetime | None:
         return self.manager.restored_at
 

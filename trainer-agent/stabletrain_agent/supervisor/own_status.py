@@ -76,6 +76,7 @@ def own_status(
         inventory=tuple(records),
         pfs_available=pfs_available,
         pfs_message=pfs_message,
+        replicating=None if pfs_available is None else (),  # no process left to send any
     )
     document: dict[str, Any] = status.model_dump(mode="json", by_alias=True)
     return document
