@@ -151,6 +151,11 @@ def run(args: argparse.Namespace, work: Path) -> int:
         key = checkpoint_key(client.CoreV1Api(staged.api_client), NAMESPACE, "chaos")
         checkpoints = check_checkpoints(cluster, host_path, pfs_dir(cluster, NAMESPACE, "chaos"),
                                         torn, key)  # fmt: skip
+        events = [  # why each pod was kept or replaced, said by the operator (before the delete)
+            {"time": e.get("lastTimestamp") or e.get("eventTime"), "reason": e.get("reason"),
+             "message": e.get("message")}
+            for e in jobs.events("chaos")
+        ]  # fmt: skip
         orphans = orphans_after_delete(staged.api_client, NAMESPACE, "chaos")
         say("")
         for line in [
@@ -173,6 +178,7 @@ def run(args: argparse.Namespace, work: Path) -> int:
             "ettr": summary.ettr, "checkpoints": checkpoints, "orphans": [*clean_left, *orphans],
             "final_phase": chaos.run.status.get("phase"),
             "rollback_history": chaos.run.status.get("rollbackHistory"),
+            "events": events,
             "load": load_note(),
         }  # fmt: skip
         write_json(out / "chaos.json", payload)

@@ -212,8 +212,11 @@ class FaultResult:
     """A fault ridden through: the longest step gap within 60 s after it, minus the pace."""
 
 
-def _gap_after(logs: StepLogs, at: float, pace: float) -> float | None:
-    times = sorted(float(r["time"]) for r in logs.curve() if at <= r["time"] <= at + QUIET_WINDOW_S)
+def _gap_after(logs: StepLogs, at: float, pace: float, until: float) -> float | None:
+    """The longest pause between steps from `at` for QUIET_WINDOW_S, or until the next
+    fault: a pause a later fault causes is that fault's, not counted twice."""
+    end = min(at + QUIET_WINDOW_S, until)
+    times = sorted(float(r["time"]) for r in logs.curve() if at <= r["time"] <= end)
     before = [float(r["time"]) for r in logs.curve() if r["time"] < at]
     if before:
         times.insert(0, max(before))
@@ -343,9 +346,12 @@ def measure_faults(
     """One result per planned fault, in plan order."""
     laid = attribute(applied, run, found)
     results = []
+    starts = sorted(a.injected.at for a in applied if a.injected is not None)
     for item in applied:
         index = item.planned.index
-        result = _result(item, laid.owner.get(index), run, found, pace)
+        at = item.injected.at if item.injected is not None else math.inf
+        until = next((t for t in starts if t > at), math.inf)
+        result = _result(item, laid.owner.get(index), run, found, pace, until=until)
         for other in laid.also.get(index, []):
             result.note += f"; also {other.describe(run.first_step_at or run.created_at)}"
         results.append(result)
@@ -360,7 +366,13 @@ def unattributed(
 
 
 def _result(
-    item: Applied, incident: Incident | None, run: RunResult, found: list[Incident], pace: float
+    item: Applied,
+    incident: Incident | None,
+    run: RunResult,
+    found: list[Incident],
+    pace: float,
+    *,
+    until: float,
 ) -> FaultResult:
     kind = item.planned.kind
     expected = expected_action(kind)
@@ -381,7 +393,7 @@ def _result(
             else "no incident followed"
         )  # fmt: skip
         if not expected and item.phase not in RECOVERY_PHASES:
-            result.pause_s = _gap_after(run.logs, injected.at, pace)
+            result.pause_s = _gap_after(run.logs, injected.at, pace, until)
     elif incident.live:
         result.matched = accepts(kind, incident.action)
         at = struck_at(item, run.logs, incident)

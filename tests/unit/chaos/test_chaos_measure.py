@@ -85,6 +85,7 @@ def test_a_kill_owns_the_restart_an_operator_kill_during_it_and_a_read_only_pfs_
     assert "mid-recovery (Stopping)" in operator.note
     assert (pfs.action, pfs.matched, pfs.note) == ("", True, "ridden through, no restart")
     assert pfs.pause_s is not None
+    assert pfs.pause_s < 0.5, "the kill's 6 s gap is the kill's, not the read-only PFS's"
 
 
 def live(at: float, action: str = "Alert", signal: str = "ThroughputDrop") -> Incident:
