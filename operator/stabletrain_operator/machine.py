@@ -137,12 +137,29 @@ RESUME_RULE = "resume"
 """Rule name of the relaunch after `suspend` is cleared; counts against no budget."""
 RESTART_BACKOFF_MAX = timedelta(seconds=30)
 """Restarts wait 1, 2, 4 ... s (capped) after the decision: a node or a dependency that just
-failed gets a moment, and a crash loop cannot burn the restart budget in seconds."""
+failed gets a moment, and a crash loop cannot burn the restart budget in seconds. The
+doubling runs over recoveries in a row, each decided less than this after the one before:
+attempts that ran longer already space the restarts as the cap would, so their restart
+waits the least. Counted over the job's life, a long run's fifth restart in a day waited
+16 s, each one idling every node of the job."""
 
 
-def restart_backoff(restarts: int) -> timedelta:
-    """Delay before relaunching the `restarts`-th restart (1-based)."""
-    return min(timedelta(seconds=2 ** max(restarts - 1, 0)), RESTART_BACKOFF_MAX)
+def restart_backoff(in_a_row: int) -> timedelta:
+    """Delay before relaunching the `in_a_row`-th recovery of a run (1-based)."""
+    return min(timedelta(seconds=2 ** max(in_a_row - 1, 0)), RESTART_BACKOFF_MAX)
+
+
+def recoveries_in_a_row(history: Sequence[RollbackRecord], decided_at: datetime) -> int:
+    """The place of the recovery decided at `decided_at` in its run: 1, plus each relaunch
+    before it decided less than RESTART_BACKOFF_MAX before the next."""
+    in_a_row, later = 1, decided_at
+    for entry in reversed(history):
+        if kind_of(entry.action).relaunch not in (Relaunch.BEFORE_ONSET, Relaunch.FROM_LATEST):
+            continue
+        if later - entry.time >= RESTART_BACKOFF_MAX:
+            break
+        in_a_row, later = in_a_row + 1, entry.time
+    return in_a_row
 
 
 @dataclass(frozen=True)
@@ -1149,7 +1166,7 @@ def _planning(status: StableTrainingJobStatus, world: World) -> Transition:
         return Transition(status.model_copy(update={"phase": Phase.RUNNING}), world.ledger)
     kind = kind_of(plan.action)
     restarting = kind.counter is StatusCounter.RESTARTS and plan.rule != RESUME_RULE
-    backoff = restart_backoff(status.counters.restarts)
+    backoff = restart_backoff(recoveries_in_a_row(status.rollback_history, plan.started_at))
     if plan.backoff_seconds is not None:
         backoff = timedelta(seconds=plan.backoff_seconds)
     if restarting and world.now - plan.started_at < backoff:

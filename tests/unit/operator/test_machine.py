@@ -15,7 +15,7 @@ from stabletrain_contract.directives import RUN_END, SkipRange, SkipUnit
 from stabletrain_contract.names import Action, AnomalyClass
 from stabletrain_operator.api.constants import Phase
 from stabletrain_operator.api.spec import EscalationSpec
-from stabletrain_operator.api.status import Counters, StableTrainingJobStatus
+from stabletrain_operator.api.status import Counters, RollbackRecord, StableTrainingJobStatus
 from stabletrain_operator.machine import Transition, World, advance
 from stabletrain_operator.observe.pod_facts import PodState
 from stabletrain_operator.plan.sent_directives import attempt_directives
@@ -414,8 +414,16 @@ def test_a_lagging_pod_is_sent_the_live_directives_again_while_confirming() -> N
     assert step.live_pods == ("job-a1-1",)
 
 
+def previous_restart(seconds_before: float) -> RollbackRecord:
+    """A RestartFromLatest decided `seconds_before` T0."""
+    return RollbackRecord(
+        time=T0 - timedelta(seconds=seconds_before), action=Action.RESTART_FROM_LATEST,
+        signal="WorkerFailure", from_step=30, to_step=25, lr_scale=1.0, attempt=0,
+    )  # fmt: skip
+
+
 def test_worker_failure_restarts_after_backoff_without_lr_change() -> None:
-    status = running(counters=Counters(restarts=1))
+    status = running(counters=Counters(restarts=1), rollback_history=(previous_restart(10),))
     crashed = (pod(0, state=PodState.FAILED, reason="OOMKilled"), pod(1))
     stop = advance(status, world(status, pods=crashed))
     assert stop.status.plan is not None
@@ -423,11 +431,34 @@ def test_worker_failure_restarts_after_backoff_without_lr_change() -> None:
     assert stop.status.counters.restarts == 2
     planning = advance(stop.status, world(stop.status))
     early = advance(planning.status, world(planning.status, now=T0 + timedelta(seconds=1)))
-    assert early.status.phase is Phase.PLANNING, "backoff of 2 s for the second restart"
+    assert early.status.phase is Phase.PLANNING, "backoff of 2 s for the second in a row"
     ready = advance(planning.status, world(planning.status, now=T0 + timedelta(seconds=3)))
     assert ready.status.plan is not None
     assert ready.status.plan.target_step == 50, "the newest checkpoint"
     assert ready.status.plan.lr_scale == 1.0
+
+
+def test_the_backoff_doubles_over_restarts_in_a_row_not_over_the_jobs_life() -> None:
+    """Counted over the job's life, the fifth restart of a long run waited 16 s."""
+    crashed = (pod(0, state=PodState.FAILED, reason="OOMKilled"), pod(1))
+    roomy = spec(recovery={"budgets": {"maxRestarts": 10}})
+
+    def planning_after(*history: RollbackRecord) -> StableTrainingJobStatus:
+        status = running(counters=Counters(restarts=len(history)), rollback_history=history)
+        stop = advance(status, world(status, pods=crashed, spec=roomy))
+        return advance(stop.status, world(stop.status, spec=roomy)).status
+
+    def waits(status: StableTrainingJobStatus, seconds: float) -> bool:
+        now = T0 + timedelta(seconds=seconds)
+        later = advance(status, world(status, now=now, spec=roomy))
+        assert later.status.phase in (Phase.PLANNING, Phase.RELAUNCHING), later.status.phase
+        return later.status.phase is Phase.PLANNING
+
+    hours_apart = planning_after(*(previous_restart(3600 * n) for n in (4, 3, 2, 1)))
+    assert not waits(hours_apart, 1.0), "the fifth restart, the first in a while: 1 s"
+    in_a_row = planning_after(previous_restart(70), previous_restart(25), previous_restart(5))
+    assert waits(in_a_row, 3.9), "the third in a row (70 s is 45 s before the next) waits 4 s"
+    assert not waits(in_a_row, 4.0)
 
 
 def test_a_restart_resumes_from_a_checkpoint_saved_while_a_signal_fired() -> None:
