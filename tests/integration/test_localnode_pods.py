@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 import stabletrain_agent
-from support.localnode import LocalCluster
-from support.localnode.api import Json
+from support.localnode import LocalCluster, pod_worker
+from support.localnode.api import Json, pod_path
 from support.localnode.testing import (
     create,
     pod_manifest,
@@ -278,3 +278,32 @@ def test_init_containers_are_refused_with_a_reason(
     state = wait_for(waiting, 30, "the pod to wait with a reason")
     assert state["reason"] == "CreateContainerConfigError"
     assert "initContainers not supported" in state["message"]
+
+
+def test_a_pod_the_node_controller_marked_not_ready_is_marked_ready_again(
+    local_cluster: LocalCluster, pod_namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After an API server restart the node controller marked a running pod `Ready: False`
+    (its node missed heartbeats); a kubelet's status sync sets it again once the API holds
+    another status than the one the node published. The local node did not, and the
+    operator replaced the pod at the next recovery as one whose node stopped reporting."""
+    monkeypatch.setattr(pod_worker, "STATUS_RECONCILE_SECONDS", 1.0)
+    api = local_cluster.api
+    create(api, pod_namespace, "pods", pod_manifest("steady", ["sh", "-c", "sleep 300"]))
+
+    def ready() -> str | None:
+        pod = read_pod(api, pod_namespace, "steady") or {}
+        conditions = (pod.get("status") or {}).get("conditions") or []
+        return next((c["status"] for c in conditions if c["type"] == "Ready"), None)
+
+    wait_for(lambda: ready() == "True", 30, "the pod to be ready")
+    mark = {
+        "status": {"conditions": [{"type": "Ready", "status": "False", "reason": "NodeNotReady"}]}
+    }
+    marked = api.request("PATCH", pod_path(pod_namespace, "steady") + "/status", mark,
+                         content_type="application/strategic-merge-patch+json")  # fmt: skip
+    held = {c["type"]: c["status"] for c in marked["status"]["conditions"]}
+    assert (held["Ready"], held["ContainersReady"]) == ("False", "True"), held
+    began = time.monotonic()
+    wait_for(lambda: ready() == "True", 15, "the node to mark the pod ready again")
+    print(f"ready again {time.monotonic() - began:.1f} s after the mark (reconcile every 1 s)")

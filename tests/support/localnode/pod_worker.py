@@ -39,6 +39,14 @@ log = logging.getLogger(__name__)
 
 TICK_SECONDS = 0.1
 SYNC_SECONDS = 1.0
+STATUS_RECONCILE_SECONDS = 10.0
+"""How often a status the API holds differently from the one published is published again,
+as a kubelet's status manager does (its periodic sync compares with the API server): the
+node controller marks every pod of a node it lost `Ready: False`, and only the node, back
+in touch, marks them ready again. Without it a pod kept that mark after an API server
+restart, and the operator replaced it at the next recovery as a pod whose node stopped
+reporting."""
+KUBELET_CONDITIONS = ("Ready", "ContainersReady")
 CONFIG_RETRY_SECONDS = 1.0
 GONE_GRACE_SECONDS = 2.0
 """A pod deleted behind the node's back (force delete) still gets a short SIGTERM window."""
@@ -96,6 +104,7 @@ class PodWorker:
         self._start_time = now()
         self._since: dict[str, tuple[str, str]] = {}
         self._published: Json | None = None
+        self._reconciled_at = 0.0
         self._hosts_version = -1
         self._last_sync = 0.0
         self._last_error = ""
@@ -398,7 +407,7 @@ class PodWorker:
             [c.view for c in self._containers], self._pod_ip, self.context.host_ip,
             self._start_time, now(), since=self._since,
         )  # fmt: skip
-        if status == self._published:
+        if status == self._published and not self._reconcile_due(pod, status):
             return
         body = {"metadata": {"uid": self.uid}, "status": status}
         try:
@@ -409,10 +418,27 @@ class PodWorker:
                 content_type="application/strategic-merge-patch+json",
             )
             self._published = status
+            self._reconciled_at = time.monotonic()
         except ApiError as error:
             if error.status != 404:
                 raise
             self.gone()
+
+    def _reconcile_due(self, pod: Json, status: Json) -> bool:
+        """The API's kubelet-owned conditions differ from the ones published, and the last
+        publish was STATUS_RECONCILE_SECONDS ago (the watch may not have brought it yet)."""
+        if time.monotonic() - self._reconciled_at < STATUS_RECONCILE_SECONDS:
+            return False
+
+        def owned(conditions: list[Json]) -> dict[str, str | None]:
+            return {
+                c["type"]: c.get("status")
+                for c in conditions
+                if c.get("type") in KUBELET_CONDITIONS
+            }
+
+        held = owned((pod.get("status") or {}).get("conditions") or [])
+        return held != owned(status.get("conditions") or [])
 
     def _teardown(self) -> None:
         for container in self._containers:
