@@ -249,6 +249,9 @@ def test_a_lost_node_replaces_only_its_pod(
     assert (entry["restartedInPlace"], entry["replacedPods"], entry["replacedRanks"]) == (
         1, 1, [1]
     ), relaunched.get("rollbackHistory")  # fmt: skip
+    # The lost node is the suspect, not the survivor whose collective broke on it (before,
+    # after a 5 s wait for the lost pod to end, the survivor's node was blamed).
+    assert [(s["node"], s["avoid"]) for s in entry["suspects"]] == [(lost_node, True)], entry
     assert (after["lost-a0-0"].uid, after["lost-a0-0"].attempt) == (before["lost-a0-0"].uid, 1)
     new = after["lost-a1-1"]
     assert new.node not in ("", lost_node), after
