@@ -78,6 +78,20 @@ def test_pfs_is_complete_only_with_every_nodes_part(tmp_path: Path) -> None:
     assert "fails its crc32" in (check.parts["n1"].problem or "")
 
 
+def test_a_copy_given_up_moves_the_change_count(tmp_path: Path) -> None:
+    """The agent's status lists what it still sends (`replicating`) and re-exports only
+    when the count moved: a copy given up (its local copy gone) must move it too."""
+    local, pfs = tmp_path / "local", tmp_path / "pfs"
+    pfs.mkdir()
+    replicator = Replicator(local, pfs, "n0", key=KEY)
+    try:
+        replicator.submit(100, 1)  # no local copy: retention deleted it meanwhile
+        assert replicator.flush(10).pending == ()
+        assert (replicator.pending(), replicator.changes) == ([], 1)
+    finally:
+        replicator.close()
+
+
 def test_pfs_removed_saves_continue_condition_set_then_catch_up(tmp_path: Path) -> None:
     local, pfs = tmp_path / "local", tmp_path / "pfs"
     pfs.mkdir()

@@ -202,8 +202,8 @@ class Replicator:
         self.condition = PfsCondition()
         self.bytes_copied = 0
         self.changes = 0
-        """Grows with every copy that reached the PFS and every change of `condition`: the
-        agent re-exports the inventory only when it moved."""
+        """Grows with every copy that reached the PFS or was given up and every change of
+        `condition`: the agent re-exports the inventory only when it moved."""
         self._thread = threading.Thread(
             target=self._run, name="stabletrain-replicator", daemon=True
         )
@@ -275,6 +275,8 @@ class Replicator:
                 if outcome == "done":
                     self._done.add(key)
                     self.changes += 1
+                elif outcome == "dropped":
+                    self.changes += 1  # no longer on its way: the status says so
                 elif outcome == "retry":
                     self._pending.add(key)
                 self._lock.notify_all()
