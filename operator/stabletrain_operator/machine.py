@@ -150,11 +150,12 @@ def restart_backoff(in_a_row: int) -> timedelta:
 
 
 def recoveries_in_a_row(history: Sequence[RollbackRecord], decided_at: datetime) -> int:
-    """The place of the recovery decided at `decided_at` in its run: 1, plus each relaunch
-    before it decided less than RESTART_BACKOFF_MAX before the next."""
+    """The place of the recovery decided at `decided_at` in its run: 1, plus each stopping
+    action before it decided less than RESTART_BACKOFF_MAX before the next (live actions
+    in the history do not count)."""
     in_a_row, later = 1, decided_at
     for entry in reversed(history):
-        if kind_of(entry.action).relaunch not in (Relaunch.BEFORE_ONSET, Relaunch.FROM_LATEST):
+        if not kind_of(entry.action).stops_the_run:
             continue
         if later - entry.time >= RESTART_BACKOFF_MAX:
             break

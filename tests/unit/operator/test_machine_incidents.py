@@ -158,7 +158,7 @@ def test_a_failure_beside_a_silent_running_peer_stops_at_once_and_blames_the_pee
     the relaunch avoids rank 1's node, not rank 0's."""
     status = running()
     pods = (_failed(0, "RuntimeError: Connection reset by peer"), pod(1))
-    lost = dataclasses.replace(beat(1, idle=1, place=ThreadPlace.TORCH), pod="job-a0-1")
+    lost = beat(1, idle=1, place=ThreadPlace.TORCH)
     answering = advance(status, world(status, pods=pods, progress=(lost,)))
     assert answering.status.plan is None, "rank 1's agent answers: its end may name the culprit"
     silent = dataclasses.replace(lost, silent=True)
