@@ -18,7 +18,9 @@ For each size (jobs of 4 pods), after every job reached Running and a settle tim
   their status writes made at once), one job every ``--trip-gap`` seconds; the time from
   the moment every pod's Failed status was stored to the job's status.phase leaving
   Running, as seen by a watch on the jobs, p50 and p99 (and from the moment the writes
-  began, which adds the API server's write latency under the load).
+  began, which adds the API server's write latency under the load);
+- the operator's CPU once every job has Succeeded (``--finished-window``): finished jobs
+  pile up on a cluster, and have nothing left to do.
 
     PYTHONPATH=tests .venv/bin/python bench/operator_scale.py [--jobs 100 300] [--window 60]
 """
@@ -313,6 +315,7 @@ def measure(args: argparse.Namespace, jobs: int) -> dict[str, Any]:
         time.sleep(1.0)  # the decisions' log lines flushed
         breakdown = where_the_time_went(operator.log_path, trips)
         pacer_after_trips = pacer_state(cluster.metrics_port)
+        finished_cpu = finished_jobs_cpu(args, simulator, phases, operator.pid, jobs)
         if args.logs is not None:
             args.logs.mkdir(parents=True, exist_ok=True)
             shutil.copy(operator.log_path, args.logs / f"operator-{jobs}-jobs.log")
@@ -336,7 +339,29 @@ def measure(args: argparse.Namespace, jobs: int) -> dict[str, Any]:
             "answered": answered,
             "errors": simulator.counts.errors[:5],
             "pacer": (pacer_at_window_end, pacer_after_trips),
+            "finished_cpu": finished_cpu,
+            "window_finished": args.finished_window,
         }
+
+
+def finished_jobs_cpu(
+    args: argparse.Namespace, simulator: ScaleSimulator, phases: PhaseWatch, pid: int, jobs: int
+) -> float | None:
+    """The operator's CPU (% of a core) over `--finished-window` once every job Succeeded:
+    each pod the simulator runs ends with exit code 0 (a tripped job's relaunched pods too)
+    until every job's phase is Succeeded. A finished job has nothing left to do."""
+    if args.finished_window <= 0:
+        return None
+    deadline = time.monotonic() + args.start_timeout
+    while phases.count("Succeeded") < jobs:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"only {phases.count('Succeeded')} of {jobs} jobs Succeeded")
+        simulator.finish(*(pod.name for pod in simulator.running_pods()))
+        time.sleep(2.0)
+    time.sleep(READS_SETTLE_SECONDS)
+    before, t0 = cpu_seconds(pid), time.monotonic()
+    time.sleep(args.finished_window)
+    return 100 * (cpu_seconds(pid) - before) / (time.monotonic() - t0)
 
 
 def measure_big_job(args: argparse.Namespace) -> dict[str, Any]:
@@ -539,6 +564,9 @@ def print_table(rows: list[dict[str, Any]]) -> None:
               "decision):")  # fmt: skip
         for part, values in row["trip_stages"].items():
             print(f"    {part:34} {p50(values)} / {p99(values)} / {max(values):.2f} s")
+        if row["finished_cpu"] is not None:
+            print(f"  operator CPU once every job Succeeded: {row['finished_cpu']:.1f}% "
+                  f"(over {row['window_finished']:.0f} s)")  # fmt: skip
         print(f"  operator's pacer at the window's end: {row['pacer'][0]}; "
               f"after the trips: {row['pacer'][1]}")  # fmt: skip
         print("  Events in the namespace by source and reason (count incl. repeats):")
@@ -590,6 +618,10 @@ def main() -> None:
     parser.add_argument("--trips", type=int, default=20)
     parser.add_argument("--trip-gap", type=float, default=0.5, help="seconds between trips")
     parser.add_argument("--start-timeout", type=float, default=300.0)
+    parser.add_argument(
+        "--finished-window", type=float, default=20.0,
+        help="seconds the operator's CPU is measured once every job Succeeded (0: not)",
+    )  # fmt: skip
     parser.add_argument("--big-job", type=int, default=0, help="also one job of N nodes")
     parser.add_argument("--big-job-nodes", type=int, default=64, help="simulated Nodes for it")
     parser.add_argument(

@@ -429,14 +429,27 @@ class ScaleSimulator:
             pod.process, pod.message, pod.ended = ProcessState.EXITED, self.last_trip_message, at
             await asyncio.to_thread(self._patch_status, pod.name, _ready_status(pod, False))
             return
-        self.pods.pop(pod_name)
+        self.last_trip_message = trip_message(pod, at)
+        await self._end(pod_name, 1, "Error", self.last_trip_message)
+
+    def finish(self, *pod_names: str) -> None:
+        """End running pods as training that completed does, supervised or not: the container
+        exits 0 and the pod is Succeeded (called from any thread)."""
+        future = asyncio.run_coroutine_threadsafe(self._finish_all(pod_names), self._loop)
+        future.result(timeout=120)
+
+    async def _finish_all(self, pod_names: tuple[str, ...]) -> None:
+        await asyncio.gather(*(self._end(name, 0, "Completed", "") for name in pod_names))
+
+    async def _end(self, pod_name: str, code: int, reason: str, message: str) -> None:
+        """The pod's container exited with `code`: the pod is done."""
+        pod = self.pods.pop(pod_name)
         await self._close(pod)
         started = pod.started.strftime("%Y-%m-%dT%H:%M:%SZ")
-        ended = at.strftime("%Y-%m-%dT%H:%M:%SZ")
-        self.last_trip_message = trip_message(pod, at)
+        ended = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         view = ContainerView(
             name="trainer", image="local", container_id=f"scalesim://{pod.name}", runs=1,
-            exits=[Exit(1, "Error", self.last_trip_message, started, ended)],
+            exits=[Exit(code, reason, message, started, ended)],
         )  # fmt: skip
         body = {"status": pod_status([view], pod.ip, "127.0.0.1", started, ended, since={})}
         await asyncio.to_thread(self._patch_status, pod.name, body)

@@ -1,6 +1,7 @@
 """How often a job's daemon ticks: soon after a watch event (the rest of a trip's ranks are
 acted on within a tenth of a second), on a half-second clock while its phase waits on time,
-and not at all while nothing changes and nothing is due."""
+and not at all while nothing changes and nothing is due (a finished job's daemon only once a
+minute)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,10 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from operator_builders import spec
 
+from stabletrain_operator import reconcile
+from stabletrain_operator.api.constants import Phase
 from stabletrain_operator.handlers import jobs
 from stabletrain_operator.handlers.wakeups import WakeEvent
 from stabletrain_operator.reconcile import JobKey, JobMemory
@@ -87,3 +91,23 @@ def test_a_phase_on_the_clock_ticks_every_half_second_and_an_idle_one_not_at_all
     assert all(b - a >= jobs.TICK_SECONDS * 0.9 for a, b in itertools.pairwise(clocked))
     idle = asyncio.run(run_daemon(monkeypatch, idle_for=60, scenario=nothing, seconds=0.8))
     assert len(idle) == 1, idle
+
+
+@pytest.mark.parametrize(
+    ("phase", "suspend"),
+    [(Phase.SUCCEEDED, False), (Phase.FAILED, False), (Phase.SUSPENDED, True)],
+)
+def test_a_finished_or_suspended_job_waits_for_a_change_not_the_clock(
+    phase: Phase, suspend: bool
+) -> None:
+    before = time.monotonic()
+    due = reconcile._next_tick_at(phase, spec(suspend=suspend), JobMemory(), None)
+    assert due >= before + reconcile.IDLE_RECHECK_SECONDS
+
+
+def test_phases_that_wait_on_time_stay_on_the_clock() -> None:
+    for phase in (Phase.PENDING, Phase.STOPPING, Phase.PLANNING, Phase.RELAUNCHING):
+        assert reconcile._next_tick_at(phase, spec(), JobMemory(), None) == 0.0
+    # A suspend still waiting for its save, and a release retried after unschedulable pods.
+    assert reconcile._next_tick_at(Phase.RUNNING, spec(suspend=True), JobMemory(), None) == 0.0
+    assert reconcile._next_tick_at(Phase.SUSPENDED, spec(), JobMemory(), None) == 0.0
