@@ -22,6 +22,14 @@ DECISIONS = Counter(
     ["action"],
     registry=REGISTRY,
 )
+JOBS_FAILED = Counter(
+    "stabletrain_operator_jobs_failed",
+    "Jobs that ended Failed, by the reason of their Failed condition: a policy's Fail "
+    "decision, and also a failure no decision made (no usable checkpoint, a restore that "
+    "failed everywhere).",
+    ["reason"],
+    registry=REGISTRY,
+)
 ALERTS = Counter(
     "stabletrain_operator_alerts",
     "Alert decisions, by signal.",

@@ -30,10 +30,11 @@ from stabletrain_contract.env import (
 )
 from stabletrain_contract.supervisor import StopOrder, SupervisorReport
 from stabletrain_operator import metrics, naming, pods
-from stabletrain_operator.api.constants import Phase, Reason
+from stabletrain_operator.api.constants import ConditionType, Phase, Reason
 from stabletrain_operator.api.spec import RecoverySpec, StableTrainingJobSpec
 from stabletrain_operator.api.status import StableTrainingJobStatus
 from stabletrain_operator.apiserver import ApiError
+from stabletrain_operator.conditions.entries import condition
 from stabletrain_operator.finite import non_finite_replaced
 from stabletrain_operator.jobview import (
     JobView,
@@ -558,7 +559,10 @@ _COUNTED_BY_SIGNAL = {
 """Decisions that also count in a metric labelled by the signal that caused them."""
 
 
-def _record_metrics(key: JobKey, recovery: RecoverySpec, transition: Transition) -> None:
+def _record_metrics(
+    key: JobKey, recovery: RecoverySpec, transition: Transition, *, was: Phase | None = None
+) -> None:
+    """The tick's counters and the job's budget gauge; `was` is the phase the tick began in."""
     budgets = recovery.budgets
     metrics.set_budget_remaining(
         key.namespace,
@@ -574,6 +578,9 @@ def _record_metrics(key: JobKey, recovery: RecoverySpec, transition: Transition)
             _COUNTED_BY_SIGNAL[counter].labels(decision.signal).inc()
     if transition.recovered_after is not None:
         metrics.RECOVERY_SECONDS.observe(transition.recovered_after.total_seconds())
+    if transition.status.phase is Phase.FAILED and was is not Phase.FAILED:
+        failed = condition(transition.status.conditions, ConditionType.FAILED)
+        metrics.JOBS_FAILED.labels(failed.reason if failed is not None else "Unknown").inc()
 
 
 def remediate(
@@ -937,7 +944,10 @@ async def tick(
             workload=workload, now=world.now,
         )  # fmt: skip
     policy = transition.status.policy
-    _record_metrics(key, policy.recovery if policy is not None else spec.recovery, transition)
+    _record_metrics(
+        key, policy.recovery if policy is not None else spec.recovery, transition,
+        was=status.phase,
+    )  # fmt: skip
     memory.next_tick_at = _next_tick_at(transition.status.phase, spec, memory, pacer)
     if admission is not None and not admission.may_run and not facts:
         memory.next_tick_at = time.monotonic() + QUEUED_TICK_SECONDS

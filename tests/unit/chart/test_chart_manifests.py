@@ -518,3 +518,14 @@ def test_the_operator_accepts_the_ha_arguments(monkeypatch: pytest.MonkeyPatch) 
     args = parse_operator_args(operator_argv(out), monkeypatch)
     assert args.peering == "st-stabletrain"
     assert args.priority == 12345
+
+
+def test_every_failed_job_pages_not_only_a_fail_decision() -> None:
+    """Before: StableTrainingJobFailed read the Fail decisions, and a job that ended Failed
+    with no decision (NoUsableCheckpoint) paged nobody."""
+    rule = render(values_files=(CLUSTER_ALL_ON,)).one("PrometheusRule")
+    alerts = {r["alert"]: r for group in rule["spec"]["groups"] for r in group["rules"]}
+    failed = alerts["StableTrainingJobFailed"]
+    assert "stabletrain_operator_jobs_failed_total" in failed["expr"]
+    assert "decisions_total" not in failed["expr"]
+    assert failed["labels"]["severity"] == "critical"

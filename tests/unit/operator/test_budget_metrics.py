@@ -1,12 +1,18 @@
-"""The per-job budget gauge: what a reconcile step leaves in it and that it leaves with the job."""
+"""The per-job budget gauge: what a reconcile step leaves in it and that it leaves with the job;
+and the count of failed jobs the critical alert reads."""
 
 from __future__ import annotations
+
+from datetime import UTC, datetime
+from types import SimpleNamespace
 
 from operator_builders import spec
 from prometheus_client import generate_latest
 
 from stabletrain_operator import metrics
+from stabletrain_operator.api.constants import Phase, Reason
 from stabletrain_operator.api.status import StableTrainingJobStatus
+from stabletrain_operator.conditions.job import set_failed
 from stabletrain_operator.machine import Transition
 from stabletrain_operator.policy.ledger import PolicyLedger
 from stabletrain_operator.reconcile import JobKey, _record_metrics
@@ -32,3 +38,29 @@ def test_a_step_sets_what_remains_of_both_budgets_and_deletion_drops_them() -> N
     assert budget("team-a", "gpt-budget", "rollback") is None
     assert budget("team-a", "gpt-budget", "restart") is None
     metrics.forget_job("team-a", "gpt-budget")  # a second time (or never set): no error
+
+
+def failed_jobs(reason: str) -> float:
+    value = metrics.REGISTRY.get_sample_value(
+        "stabletrain_operator_jobs_failed_total", {"reason": reason}
+    )
+    return value or 0.0
+
+
+def test_a_job_that_fails_without_a_decision_is_counted_once() -> None:
+    """NoUsableCheckpoint ends a job with no policy decision: the Fail decisions' counter
+    missed it, and so did the alert that pages on failed jobs."""
+    failed = set_failed(
+        StableTrainingJobStatus(phase=Phase.FAILED),
+        SimpleNamespace(now=datetime.now(UTC), generation=1),
+        reason=Reason.NO_CHECKPOINT,
+        message="no checkpoint far enough before the onset",
+    )
+    ended = Transition(status=failed, ledger=PolicyLedger())
+    before = failed_jobs(Reason.NO_CHECKPOINT)
+
+    _record_metrics(JobKey("team-a", "gpt"), spec().recovery, ended, was=Phase.PLANNING)
+    assert ended.decision is None
+    assert failed_jobs(Reason.NO_CHECKPOINT) == before + 1
+    _record_metrics(JobKey("team-a", "gpt"), spec().recovery, ended, was=Phase.FAILED)
+    assert failed_jobs(Reason.NO_CHECKPOINT) == before + 1  # a finished job's later ticks
