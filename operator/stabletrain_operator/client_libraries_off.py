@@ -3,7 +3,7 @@ client libraries, even where they are installed (the CLI needs the official clie
 
 kopf imports the official client, kubernetes_asyncio and pykube whenever they are present,
 to recognise their model objects, which the operator never hands it. The official client
-alone brought some 270 modules and 10 MiB into the process. None in `sys.modules` makes
+alone brought some 270 modules and 9 MiB into the process. None in `sys.modules` makes
 `import` raise ImportError, which kopf takes as "not installed". The operator's own
 requests go through apiserver.py, and kopf logs in through credentials.py either way.
 """

@@ -65,10 +65,11 @@ LOST_NODE_TOLERATION_SECONDS = {
 }
 """How long a worker stays on a node the control plane marked lost, instead of Kubernetes'
 default 300 s: no rank can progress without every other, so waiting idles the whole job.
-Unreachable (the node stopped reporting for the node-monitor grace period, 40 s by default)
-evicts at once: the grace period was the wait, and a kubelet that answers again within it
-never gets the taint. NotReady (a kubelet that still reports, but an unhealthy node: PLEG,
-runtime or network plugin) gets 15 s, so a brief flap does not restart the run."""
+Unreachable (the node stopped reporting for the node-monitor grace period, 50 s by default
+since Kubernetes 1.32) evicts at once: the grace period was the wait, and a kubelet that
+answers again within it never gets the taint. NotReady (a kubelet that still reports, but
+an unhealthy node: PLEG, runtime or network plugin) gets 15 s, so a brief flap does not
+restart the run."""
 
 
 @dataclass
