@@ -1154,7 +1154,23 @@ def _failed(status: StableTrainingJobStatus, world: World, reason: str, message:
     if reason in (Reason.ROLLBACK_BUDGET_EXHAUSTED, Reason.RESTART_BUDGET_EXHAUSTED):
         failed = set_budget_exhausted(failed, world, reason=reason, message=message)
     return Transition(
-        failed, world.ledger, events=(Event("Warning", reason, f"failed: {message}"),)
+        failed,
+        world.ledger,
+        events=(Event("Warning", reason, f"failed: {message}"),),
+        delete_pods=_still_running(world),
+    )
+
+
+def _still_running(world: World) -> tuple[str, ...]:
+    """Pods of a job that ended Failed whose container still runs or waits to start: the
+    pods a stop kept in place (their supervisors wait for the next attempt's order), or the
+    next attempt's when a restore failed everywhere. They hold their nodes, and under Kueue
+    the quota the job gave back, until deleted. Pods that ended stay for their logs; a pod
+    already being deleted is not asked again."""
+    return tuple(
+        sorted(
+            p.name for p in world.pods if not p.deleting and (p.container_running or not p.finished)
+        )
     )
 
 
@@ -1382,6 +1398,8 @@ def _resuming(status: StableTrainingJobStatus) -> str | None:
 
 
 def _terminal(status: StableTrainingJobStatus, world: World) -> Transition:
+    if status.phase is Phase.FAILED:  # a deletion that did not go through is asked again
+        return Transition(status, world.ledger, delete_pods=_still_running(world))
     return Transition(status, world.ledger)
 
 

@@ -441,3 +441,30 @@ def test_an_eviction_during_an_in_place_recovery_lets_the_kept_pods_go_too() -> 
     assert back.launch.in_place == ()
     (entry,) = back.status.rollback_history
     assert (entry.restarted_in_place, entry.replaced_pods) == (0, 2)
+
+
+def test_a_job_that_fails_after_a_stop_in_place_lets_its_kept_pods_go() -> None:
+    """Before: the stop kept both pods for the next attempt, Planning found no checkpoint the
+    rollback may use and failed the job, and the supervisors stayed up for good, each
+    holding its node (and, under Kueue, the quota the job gave back)."""
+    pods = (supervised(0), supervised(1))
+    reports = {
+        p.name: report(0, ProcessState.EXITED, message=render_termination_message(trip(p.node)))
+        for p in pods
+    }
+    status = running(checkpoints=(record(40, stable=False),))
+    step = advance(status, world(status, pods, reports))
+    assert step.status.plan is not None
+    assert (step.status.plan.action, step.status.plan.in_place) == (Action.ROLLBACK, True)
+    assert step.delete_pods == ()
+    for _ in range(4):
+        if step.status.phase is Phase.FAILED:
+            break
+        step = advance(step.status, world(step.status, pods, reports))
+    assert step.status.phase is Phase.FAILED
+    assert {c.type: c.reason for c in step.status.conditions}["Failed"] == Reason.NO_CHECKPOINT
+    assert step.delete_pods == ("job-a0-0", "job-a0-1")
+    # A later tick asks again for a pod whose deletion did not start, not for one going.
+    going = (dataclasses.replace(pods[0], deleting=True), pods[1])
+    later = advance(step.status, world(step.status, going, reports))
+    assert later.delete_pods == ("job-a0-1",)
