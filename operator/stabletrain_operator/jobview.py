@@ -88,6 +88,17 @@ def source(held: JobView | None, live_version: str | None, now: float) -> Source
     return Source.READ
 
 
+def look_again_by(acted_on: JobView, live_version: str | None, due: float) -> float:
+    """The latest time of the next tick, given that this tick acted on `acted_on` and would
+    next tick at `due`. A tick that acted on a held version while the live body showed
+    another (a change that arrived while the watch caught up with the daemon's own write)
+    looks again when the watch has had its time, even in a phase that otherwise waits for a
+    minute: a spec.suspend cleared right after the job was suspended resumes the job then."""
+    if live_version == acted_on.resource_version:
+        return due
+    return min(due, acted_on.obtained_at + WATCH_LAG_SECONDS)
+
+
 def parse(job: Json) -> tuple[StableTrainingJobSpec, StableTrainingJobStatus] | None:
     """Spec and status of `job`; None (and the reason logged) when either does not validate."""
     name = job["metadata"]["name"]

@@ -41,6 +41,7 @@ from stabletrain_operator.jobview import (
     Source,
     StatusWrite,
     identity,
+    look_again_by,
     parse,
     source,
     write_needed,
@@ -559,10 +560,7 @@ _COUNTED_BY_SIGNAL = {
 """Decisions that also count in a metric labelled by the signal that caused them."""
 
 
-def _record_metrics(
-    key: JobKey, recovery: RecoverySpec, transition: Transition, *, was: Phase | None = None
-) -> None:
-    """The tick's counters and the job's budget gauge; `was` is the phase the tick began in."""
+def _record_metrics(key: JobKey, recovery: RecoverySpec, transition: Transition) -> None:
     budgets = recovery.budgets
     metrics.set_budget_remaining(
         key.namespace,
@@ -578,8 +576,14 @@ def _record_metrics(
             _COUNTED_BY_SIGNAL[counter].labels(decision.signal).inc()
     if transition.recovered_after is not None:
         metrics.RECOVERY_SECONDS.observe(transition.recovered_after.total_seconds())
-    if transition.status.phase is Phase.FAILED and was is not Phase.FAILED:
-        failed = condition(transition.status.conditions, ConditionType.FAILED)
+
+
+def _count_failed(was: Phase, written: StableTrainingJobStatus) -> None:
+    """Count the job in jobs_failed_total when the status just written moved it into Failed
+    from `was`. Counted right after the write: the tick's later work (pod deletions, Events,
+    the Kueue patch) may fail, and the tick that retries it starts from Failed already."""
+    if written.phase is Phase.FAILED and was is not Phase.FAILED:
+        failed = condition(written.conditions, ConditionType.FAILED)
         metrics.JOBS_FAILED.labels(failed.reason if failed is not None else "Unknown").inc()
 
 
@@ -898,6 +902,8 @@ async def tick(
         clock=clock, progress_writes=progress_writes,
     )  # fmt: skip
     clock.mark("write")
+    if written:
+        _count_failed(status.phase, transition.status)
     if written and transition.status.phase is not status.phase:
         _log.info("job %s: %s -> %s (%s)", key.name, status.phase, transition.status.phase,
                   clock.summary())  # fmt: skip
@@ -944,11 +950,12 @@ async def tick(
             workload=workload, now=world.now,
         )  # fmt: skip
     policy = transition.status.policy
-    _record_metrics(
-        key, policy.recovery if policy is not None else spec.recovery, transition,
-        was=status.phase,
-    )  # fmt: skip
-    memory.next_tick_at = _next_tick_at(transition.status.phase, spec, memory, pacer)
+    _record_metrics(key, policy.recovery if policy is not None else spec.recovery, transition)
+    memory.next_tick_at = look_again_by(
+        view,
+        (live.get("metadata") or {}).get("resourceVersion"),
+        _next_tick_at(transition.status.phase, spec, memory, pacer),
+    )
     if admission is not None and not admission.may_run and not facts:
         memory.next_tick_at = time.monotonic() + QUEUED_TICK_SECONDS
     return True

@@ -16,6 +16,7 @@ from stabletrain_operator.jobview import (
     Source,
     StatusWrite,
     identity,
+    look_again_by,
     parse,
     source,
     write_needed,
@@ -107,3 +108,14 @@ def test_a_spec_that_does_not_validate_is_refused_with_the_field_named(caplog: A
     assert "job bad: spec does not match" in caplog.text
     assert "workers.nodes" in caplog.text
     assert parse({"metadata": {"name": "ok"}, "spec": SPEC}) is not None
+
+
+def test_a_tick_that_acted_on_a_held_version_looks_again_once_the_watch_had_its_time() -> None:
+    """A finished or suspended job waits a minute for its next tick. When the tick that
+    suspended it acted on its own held write while the live body already showed another
+    version (spec.suspend cleared at once), it looks again when the watch lag is over."""
+    acted_on = _view("8", obtained_at=100.0)
+    a_minute = 100.5 + 60.0
+    assert look_again_by(acted_on, "9", a_minute) == 100.0 + WATCH_LAG_SECONDS
+    assert look_again_by(acted_on, "8", a_minute) == a_minute
+    assert look_again_by(acted_on, "9", 100.5) == 100.5
