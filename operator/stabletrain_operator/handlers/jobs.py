@@ -3,7 +3,9 @@
 A daemon rather than change handlers because most of what matters does not change the job
 object at all: pods end, agents report, time passes. The loop ticks from what kopf's
 watches deliver (the job's live body, the pod index) and the agents' scrapes: at once when
-the pods or the object changed (a watch event wakes it, handlers/wakeups.py), on its clock
+the pods or the object changed (a watch event wakes it, handlers/wakeups.py) or a platform
+policy or a namespace's labels did (the policy catalog's refresh wakes every daemon,
+handlers/policies.py), on its clock
 while the phase waits on time, and otherwise only when the job's next scrape round is due
 (observe/pacing.py). Between those it sleeps, so a healthy job costs the operator one tick
 per round and nothing in between. It reads the job from the API server only when the live
@@ -103,7 +105,9 @@ async def _reconcile(
             woken.clear()  # before the look: a change after it wakes the sleep below
             indexed = list(worker_pods.get((namespace, name, str(body.metadata.get("uid"))), []))
             workloads = list(job_workloads.get((namespace, name), [])) if job_workloads else []
-            world = (body.metadata.get("resourceVersion"), *indexed, *workloads)
+            catalog = memo.get("policies")
+            policies = catalog.changes if catalog is not None else 0
+            world = (body.metadata.get("resourceVersion"), policies, *indexed, *workloads)
             due = max(memory.next_tick_at, ticked_at + TICK_SECONDS)
             if world == seen and time.monotonic() < due:
                 await sleep_until(woken, due)

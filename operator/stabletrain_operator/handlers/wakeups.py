@@ -61,6 +61,11 @@ class Wakeups:
         if event is not None:
             event.set()
 
+    def wake_all(self) -> None:
+        """Every daemon looks at its job again (a platform policy or namespace label changed)."""
+        for event in self._events.values():
+            event.set()
+
     def __len__(self) -> int:
         return len(self._events)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from http import HTTPStatus
 from typing import Any, Protocol
 
@@ -46,6 +46,9 @@ class PolicyCatalog:
         self.policies: tuple[StableTrainingPolicy, ...] = ()
         self.revision = 0
         """Grows whenever the policies or a namespace's labels change (jobs recompute)."""
+        self.changes = 0
+        """Grows when the policies or the labels of a namespace read before change: what
+        wakes the jobs (a namespace's first read concerns only the job that made it)."""
         self._labels: dict[str, tuple[float, dict[str, str]]] = {}
         self._warned: set[str] = set()
 
@@ -78,9 +81,14 @@ class PolicyCatalog:
         if policies != self.policies:
             self.policies = policies
             self.revision += 1
+            self.changes += 1
 
-    async def follow(self) -> None:
-        """Refresh every REFRESH_SECONDS until cancelled; an API error waits for the next."""
+    async def follow(self, changed: Callable[[], None] = lambda: None) -> None:
+        """Refresh every REFRESH_SECONDS until cancelled; an API error waits for the next.
+        `changed` is called (in the event loop) after a refresh when `changes` moved since the
+        last call, by a policy or by a namespace's labels a tick read: a job that waits for a
+        change (finished, suspended) has no round to pick it up."""
+        seen = self.changes
         while True:
             await asyncio.sleep(REFRESH_SECONDS)
             try:
@@ -88,6 +96,9 @@ class PolicyCatalog:
             except ApiError as error:
                 _log.warning("StableTrainingPolicy objects not listed (%s %s); the last "
                              "list stays in use", error.status, error.reason)  # fmt: skip
+            if self.changes != seen:
+                seen = self.changes
+                changed()
 
     def labels_due(self, namespace: str) -> bool:
         known = self._labels.get(namespace)
@@ -110,6 +121,8 @@ class PolicyCatalog:
         current = labels or {}
         if known is None or known[1] != current:
             self.revision += 1
+        if known is not None and known[1] != current:
+            self.changes += 1
         self._labels[namespace] = (time.monotonic(), current)
 
     def applying_to(self, namespace: str) -> tuple[StableTrainingPolicy, ...]:
